@@ -1,0 +1,138 @@
+"""The ``echo2`` command line.
+
+Subcommands import the runtime lazily, so ``echo2 --help`` and ``echo2 config`` start fast and the
+public ``echo2_sdk`` package never imports Ray by itself.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import yaml
+
+from echo2_sdk.config import ConfigError, load_config, to_dict
+
+EXAMPLES_DIR = Path(__file__).resolve().parent.parent / "examples"
+
+
+def _config_path(args: argparse.Namespace) -> str | None:
+    """``--config FILE`` wins; ``--task NAME`` uses examples/NAME.yaml when it exists."""
+    if getattr(args, "config", None):
+        return args.config
+    task = getattr(args, "task", None)
+    if task and (EXAMPLES_DIR / f"{task}.yaml").exists():
+        return str(EXAMPLES_DIR / f"{task}.yaml")
+    return None
+
+
+def _load(args: argparse.Namespace):
+    overrides = list(args.set or [])
+    path = _config_path(args)
+    if getattr(args, "task", None) and path is None:
+        overrides.insert(0, f"task.name={args.task}")
+    if getattr(args, "resume", None) and not args.config:
+        saved = Path(args.resume) / "config.yaml"
+        if saved.exists():
+            path = str(saved)
+    return load_config(path, overrides)
+
+
+def _add_config_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", metavar="FILE", help="YAML config file (see examples/)")
+    p.add_argument("--task", metavar="NAME",
+                   help="task name; uses examples/NAME.yaml when present, else the defaults with task.name=NAME")
+    p.add_argument("--set", action="append", metavar="KEY=VALUE",
+                   help="override a config value, e.g. --set train.steps=50 (repeatable; value read as YAML)")
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    cfg = _load(args)
+    from echo2_sdk.runtime.rundir import default_run_dir
+    from echo2_sdk.runtime.setup import ResourceError, check_resources
+
+    try:
+        check_resources(cfg)
+    except ResourceError as exc:
+        print(f"echo2 train: {exc}", file=sys.stderr)
+        return 2
+    from echo2_sdk.runtime.trainer import Trainer
+
+    run_dir = args.resume or args.run_dir or default_run_dir(cfg.task.name)
+    print(f"echo2 train: task={cfg.task.name} model={cfg.model.name} mode={cfg.runtime.mode} "
+          f"steps={cfg.train.steps} run_dir={run_dir}", flush=True)
+    trainer = Trainer(cfg, run_dir, resume=bool(args.resume), ray_address=args.ray_address,
+                      log=lambda m: print(m, flush=True))
+    summary = trainer.fit()
+    keys = ("steps", "wall_s", "reward_first_10pct", "reward_last_10pct", "bubble_ratio", "staleness_max",
+            "samples_accepted", "samples_dropped_stale", "samples_rejected")
+    print(json.dumps({k: summary.get(k) for k in keys}, indent=1))
+    print(f"run directory: {run_dir}")
+    return 0
+
+
+def cmd_config(args: argparse.Namespace) -> int:
+    cfg = _load(args)
+    text = json.dumps(to_dict(cfg), indent=2) if args.json else yaml.safe_dump(to_dict(cfg), sort_keys=False)
+    print(text)
+    return 0
+
+
+def cmd_tasks(args: argparse.Namespace) -> int:
+    from echo2_sdk.registry import get_task_class, known_tasks
+
+    for name in known_tasks():
+        cls = get_task_class(name)
+        doc = (cls.__doc__ or "").strip().splitlines()
+        print(f"{name:10s} {doc[0] if doc else ''}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="echo2",
+        description="echo2: cost-efficient RL post-training (GRPO) with a bounded-staleness rollout pool.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    p = sub.add_parser("train", help="train a policy with GRPO (async ECHO-2 runtime or sync baseline)",
+                       description="Train with GRPO. Writes metrics.jsonl, summary.json, plots and "
+                                   "checkpoints into the run directory.")
+    _add_config_args(p)
+    p.add_argument("--run-dir", metavar="DIR", help="run directory (default: runs/<time>-<task>)")
+    p.add_argument("--resume", metavar="RUN_DIR",
+                   help="continue a run from its latest checkpoint (uses RUN_DIR/config.yaml unless --config)")
+    p.add_argument("--ray-address", metavar="ADDR",
+                   help="join an existing Ray cluster ('auto' or host:port) instead of starting a local one")
+    p.set_defaults(func=cmd_train)
+
+    p = sub.add_parser("config", help="print the resolved config (defaults + file + --set overrides)")
+    _add_config_args(p)
+    p.add_argument("--json", action="store_true", help="print JSON instead of YAML")
+    p.set_defaults(func=cmd_config)
+
+    p = sub.add_parser("tasks", help="list registered tasks")
+    p.set_defaults(func=cmd_tasks)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 0
+    try:
+        return args.func(args)
+    except ConfigError as exc:
+        print(f"echo2 {args.command}: config error: {exc}", file=sys.stderr)
+        return 2
+    except KeyError as exc:  # unknown task / estimator names carry a full message
+        print(f"echo2 {args.command}: {exc.args[0] if exc.args else exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

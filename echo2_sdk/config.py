@@ -1,0 +1,268 @@
+"""echo2's configuration: frozen, typed dataclasses loaded from YAML and overridden with ``--set``.
+
+Every field has a docstring below it; units are in the names. "Batch" sizes say whether they count
+prompts or samples: a learner step consumes ``train.prompts_per_step`` prompts × ``rollout.samples_per_prompt``
+samples.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Literal
+
+from echo2_sdk.config_loader import (  # re-exported: the public config API lives here
+    ConfigError,
+    apply_overrides,
+    build_dataclass,
+    load_yaml,
+    to_dict,
+)
+
+__all__ = ["Echo2Config", "ConfigError", "build_dataclass", "load_config", "to_dict", "resolve_kappa"]
+
+
+@dataclass(frozen=True)
+class TaskConfig:
+    name: str = "arith"
+    """Registered task name (``echo2 tasks`` lists them) or an import path ``package.module:AdapterClass``."""
+    options: dict = field(default_factory=dict)
+    """Task options, validated against the adapter's ``Options`` dataclass."""
+
+
+@dataclass(frozen=True)
+class TinyModelConfig:
+    hidden_size: int = 128
+    """Width of the tiny Qwen3 model (used only when ``model.name`` is ``tiny-qwen3``)."""
+    num_layers: int = 4
+    """Number of decoder layers of the tiny model."""
+    num_heads: int = 4
+    """Attention heads of the tiny model."""
+    num_kv_heads: int = 2
+    """Key/value heads (grouped-query attention) of the tiny model."""
+    intermediate_size: int = 512
+    """MLP width of the tiny model."""
+
+
+@dataclass(frozen=True)
+class WarmStartConfig:
+    enabled: bool = False
+    """Run a short supervised warm start (TRL SFT) on the task's ``sft`` split before RL."""
+    epochs: float = 3.0
+    """Passes over the sft split."""
+    lr: float = 1e-3
+    """Learning rate of the warm start."""
+    batch_size: int = 16
+    """Warm-start batch size (samples)."""
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    name: str = "tiny-qwen3"
+    """``tiny-qwen3`` (built offline, random init, cached) or any Hugging Face causal LM name or path."""
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    """Parameter dtype of learner and rollout models."""
+    tiny: TinyModelConfig = field(default_factory=TinyModelConfig)
+    """Size of the tiny model."""
+    warm_start: WarmStartConfig = field(default_factory=WarmStartConfig)
+    """Supervised warm start that makes a base policy for RL (off by default)."""
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    name: str
+    """Worker name (shown in metrics and logs)."""
+    max_tokens_per_s: float | None = None
+    """Simulated throughput cap in generated tokens per second (None = as fast as the hardware)."""
+    usd_per_hour: float = 0.0
+    """Simulated price, reported in the run summary."""
+    gpu: str = "cpu"
+    """Device class label (reported)."""
+
+
+@dataclass(frozen=True)
+class RolloutConfig:
+    num_workers: int = 2
+    """Rollout worker actors (ignored when ``workers`` lists them one by one)."""
+    workers: tuple[WorkerSpec, ...] = ()
+    """Optional per-worker specs (simulated throughput caps and prices) for heterogeneous pools."""
+    samples_per_prompt: int = 8
+    """n: samples generated per prompt; one group = n samples of one prompt under one version."""
+    prompts_per_request: int = 4
+    """Prompts a worker generates in one backend call (so one call yields this many groups)."""
+    temperature: float = 1.0
+    """Sampling temperature (the learner recomputes logprobs at the same temperature)."""
+    top_p: float = 1.0
+    """Nucleus sampling threshold."""
+    max_new_tokens: int = 16
+    """Generation length limit per sample, in tokens."""
+    backend: Literal["hf", "vllm"] = "hf"
+    """Generation backend."""
+    reward_timeout_s: float = 5.0
+    """Deadline of one reward computation; a hang or crash scores 0 and is counted."""
+    max_answer_chars: int = 4000
+    """Completions longer than this score 0 without calling the reward."""
+    threads_per_worker: int = 1
+    """torch threads in each worker process."""
+
+
+@dataclass(frozen=True)
+class AlgoConfig:
+    loss: str = "grpo"
+    """Registered policy loss."""
+    advantage: str = "grpo"
+    """Registered advantage estimator (``grpo``: (r-mean)/std; ``dr_grpo``: r-mean)."""
+    grouping: Literal["prompt", "key", "batch"] = "prompt"
+    """Advantage groups: by prompt, by the task's Ω.group key, or the whole batch."""
+    lr: float = 1e-4
+    """AdamW learning rate."""
+    weight_decay: float = 0.0
+    """AdamW weight decay."""
+    max_grad_norm: float = 1.0
+    """Gradient-norm clip."""
+    num_minibatches: int = 2
+    """Optimizer updates per learner step (the step's samples are split this many ways)."""
+    clip_eps_low: float = 0.2
+    """Lower clip of the token ratio π_θ/π_θold (1 - eps)."""
+    clip_eps_high: float = 0.2
+    """Upper clip of the token ratio (1 + eps)."""
+    tis_cap: float | None = 2.0
+    """C in the truncated importance weight min(π_θold/π_sampler, C); null disables TIS."""
+    kl_coef: float = 0.0
+    """Coefficient of the k3 KL to the frozen reference; 0 loads no reference model."""
+    loss_agg: Literal["token-mean", "seq-mean-token-mean"] = "token-mean"
+    """Loss aggregation over tokens."""
+
+
+@dataclass(frozen=True)
+class RuntimeConfig:
+    mode: Literal["async", "sync"] = "async"
+    """``async``: bounded-staleness ECHO-2 runtime; ``sync``: generate → train → generate baseline."""
+    staleness: int = 3
+    """S: the buffer admits groups of version v ≥ v_t − S."""
+    kappa: int | None = None
+    """κ: publish a snapshot every κ learner steps (default S − 1, at least 2, at most S)."""
+    ray_address: str | None = None
+    """Join an existing Ray cluster (``auto`` or ``host:port``); null starts a local one."""
+    ray_num_cpus: int | None = None
+    """Logical CPUs of the local Ray cluster (null: Ray's default)."""
+    learner_threads: int = 1
+    """torch threads of the learner."""
+    device: str = "auto"
+    """Learner device: ``auto`` (cuda if available, else cpu), ``cpu`` or ``cuda``."""
+    require_gpus: int = 0
+    """Refuse to start unless this many GPUs are visible (large-model configs set it)."""
+    poll_interval_s: float = 0.01
+    """How often the driver collects finished rollouts."""
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    steps: int = 100
+    """Learner steps (each = ``algo.num_minibatches`` optimizer updates; the version +1 per step)."""
+    prompts_per_step: int = 16
+    """Prompts (groups) consumed per learner step; samples per step = this × samples_per_prompt."""
+    seed: int = 0
+    """Seed of data order, sampling and initialization."""
+    checkpoint_every: int = 50
+    """Checkpoint every K learner steps (and at the end); 0 disables periodic checkpoints."""
+    eval_every: int = 0
+    """Evaluate on the held-out split every K steps (and before/after training); 0: only before/after."""
+    eval_max_examples: int | None = 100
+    """Held-out examples per evaluation (null: all)."""
+    eval_samples: int = 1
+    """k of avg@k in evaluation."""
+    eval_temperature: float = 0.0
+    """Evaluation temperature (0 = greedy)."""
+    eval_max_new_tokens: int | None = None
+    """Evaluation generation limit (null: rollout.max_new_tokens)."""
+    plots: bool = True
+    """Write PNG plots into the run directory at the end."""
+
+
+@dataclass(frozen=True)
+class Echo2Config:
+    task: TaskConfig = field(default_factory=TaskConfig)
+    """Which task and its options."""
+    model: ModelConfig = field(default_factory=ModelConfig)
+    """Policy model."""
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    """Rollout plane: workers and sampling."""
+    algo: AlgoConfig = field(default_factory=AlgoConfig)
+    """Learning plane: loss and optimizer."""
+    runtime: RuntimeConfig = field(default_factory=RuntimeConfig)
+    """Async/sync runtime, staleness, Ray."""
+    train: TrainConfig = field(default_factory=TrainConfig)
+    """Steps, batch sizes, checkpoints, evaluation."""
+
+    def __post_init__(self) -> None:
+        if self.runtime.mode == "async":
+            resolve_kappa(self.runtime.staleness, self.runtime.kappa)
+        for name, value in (
+            ("rollout.samples_per_prompt", self.rollout.samples_per_prompt),
+            ("train.prompts_per_step", self.train.prompts_per_step),
+            ("rollout.prompts_per_request", self.rollout.prompts_per_request),
+            ("algo.num_minibatches", self.algo.num_minibatches),
+            ("rollout.max_new_tokens", self.rollout.max_new_tokens),
+        ):
+            if value < 1:
+                raise ConfigError(f"{name} must be ≥ 1, got {value}")
+        if not self.rollout.workers and self.rollout.num_workers < 1:
+            raise ConfigError(f"rollout.num_workers must be ≥ 1, got {self.rollout.num_workers}")
+        samples = self.train.prompts_per_step * self.rollout.samples_per_prompt
+        if samples < self.algo.num_minibatches:
+            raise ConfigError(
+                f"a step has {samples} samples, fewer than algo.num_minibatches={self.algo.num_minibatches}"
+            )
+
+    @property
+    def num_workers(self) -> int:
+        return len(self.rollout.workers) or self.rollout.num_workers
+
+
+def resolve_kappa(staleness: int, kappa: int | None) -> int:
+    """κ from S: default S − 1 (but at least 2); an explicit κ must satisfy 2 ≤ κ ≤ S.
+
+    Raises ConfigError naming the quantity to change when no valid κ exists.
+    """
+    if staleness < 2:
+        raise ConfigError(
+            f"runtime.staleness={staleness}: the async runtime needs S ≥ 2 (κ ≥ 2 and κ ≤ S); "
+            "raise runtime.staleness or use runtime.mode=sync"
+        )
+    if kappa is None:
+        return max(2, staleness - 1)
+    if not 2 <= kappa <= staleness:
+        raise ConfigError(
+            f"runtime.kappa={kappa} must satisfy 2 ≤ κ ≤ S={staleness}; "
+            f"drop it to use the default κ = S − 1 = {max(2, staleness - 1)}"
+        )
+    return kappa
+
+
+def load_config(path: str | None = None, overrides: list[str] | tuple[str, ...] = ()) -> Echo2Config:
+    """Load YAML (or defaults when ``path`` is None), apply ``--set`` overrides, validate everything.
+
+    Task options are validated against the task adapter's ``Options`` here, so a typo in
+    ``task.options`` fails at load time, not on a worker.
+    """
+    data = load_yaml(path) if path else {}
+    apply_overrides(data, list(overrides))
+    cfg = build_dataclass(Echo2Config, data)
+    validate_task_options(cfg)
+    return cfg
+
+
+def validate_task_options(cfg: Echo2Config) -> None:
+    from echo2_sdk.registry import get_task_class
+
+    cls = get_task_class(cfg.task.name)
+    build_dataclass(cls.Options, dict(cfg.task.options), path="task.options")
+
+
+def replace(cfg: Echo2Config, **sections) -> Echo2Config:
+    """``dataclasses.replace`` for nested sections: ``replace(cfg, train={"steps": 2})``."""
+    new = {}
+    for name, changes in sections.items():
+        new[name] = dataclasses.replace(getattr(cfg, name), **changes)
+    return dataclasses.replace(cfg, **new)

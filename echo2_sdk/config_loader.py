@@ -1,0 +1,170 @@
+"""Typed construction of frozen dataclasses from plain mappings (YAML), with ``--set a.b=c`` overrides.
+
+Errors name the dotted path, the offending value, what was expected and — for unknown keys — the
+closest valid key, so that a typo in a config file is fixed in one read.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import types
+import typing
+from typing import Any, Mapping
+
+import yaml
+
+
+class ConfigError(ValueError):
+    """A config value or key is invalid. The message says where, what and how to fix it."""
+
+
+def _type_name(tp: Any) -> str:
+    if isinstance(tp, type):
+        return tp.__name__
+    return str(tp).replace("typing.", "")
+
+
+def _coerce(value: Any, tp: Any, path: str) -> Any:
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    if tp is Any:
+        return value
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for arg in (a for a in args if a is not type(None)):
+            try:
+                return _coerce(value, arg, path)
+            except ConfigError as exc:
+                errors.append(str(exc))
+        raise ConfigError(f"{path}: {value!r} is not a valid {_type_name(tp)}")
+    if origin is typing.Literal:
+        if value not in args:
+            close = difflib.get_close_matches(str(value), [str(a) for a in args], n=1)
+            hint = f" Did you mean {close[0]!r}?" if close else ""
+            raise ConfigError(f"{path}: {value!r} is not one of {list(args)}.{hint}")
+        return value
+    if dataclasses.is_dataclass(tp):
+        if isinstance(value, tp):
+            return value
+        if not isinstance(value, Mapping):
+            raise ConfigError(f"{path}: expected a mapping for {tp.__name__}, got {value!r}")
+        return build_dataclass(tp, value, path=path)
+    if origin in (tuple, list):
+        if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple)):
+            raise ConfigError(f"{path}: expected a list, got {value!r} ({type(value).__name__})")
+        if origin is tuple and len(args) == 2 and args[1] is Ellipsis:
+            item_types = [args[0]] * len(value)
+        elif origin is tuple and args:
+            if len(args) != len(value):
+                raise ConfigError(f"{path}: expected {len(args)} items, got {len(value)}: {value!r}")
+            item_types = list(args)
+        else:
+            item_types = [args[0] if args else Any] * len(value)
+        items = [_coerce(v, t, f"{path}[{i}]") for i, (v, t) in enumerate(zip(value, item_types))]
+        return tuple(items) if origin is tuple else items
+    if origin is dict or tp is dict:
+        if not isinstance(value, Mapping):
+            raise ConfigError(f"{path}: expected a mapping, got {value!r}")
+        return dict(value)
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+        raise ConfigError(f"{path}: expected true/false, got {value!r} ({type(value).__name__})")
+    if tp is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        raise ConfigError(f"{path}: expected an integer, got {value!r} ({type(value).__name__})")
+    if tp is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        raise ConfigError(f"{path}: expected a number, got {value!r} ({type(value).__name__})")
+    if tp is str:
+        if isinstance(value, str):
+            return value
+        raise ConfigError(f"{path}: expected a string, got {value!r} ({type(value).__name__})")
+    if isinstance(tp, type) and isinstance(value, tp):
+        return value
+    raise ConfigError(f"{path}: cannot read {value!r} as {_type_name(tp)}")
+
+
+def build_dataclass(cls: type, data: Mapping[str, Any], path: str = "") -> Any:
+    """Build the frozen dataclass ``cls`` from ``data``, checking keys and types recursively."""
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{path or cls.__name__}: expected a mapping, got {data!r}")
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    kwargs = {}
+    for key, value in data.items():
+        where = f"{path}.{key}" if path else str(key)
+        if key not in fields:
+            close = difflib.get_close_matches(str(key), list(fields), n=1, cutoff=0.5)
+            prefix = f"{path}." if path else ""
+            hint = f" Did you mean {prefix + close[0]!r}?" if close else ""
+            raise ConfigError(
+                f"unknown config key {where!r}.{hint} Valid keys here: {', '.join(sorted(fields))}"
+            )
+        kwargs[key] = _coerce(value, hints[key], where)
+    try:
+        obj = cls(**kwargs)
+    except (TypeError, ValueError) as exc:
+        if isinstance(exc, ConfigError):
+            raise
+        raise ConfigError(f"{path or cls.__name__}: {exc}") from exc
+    return obj
+
+
+def to_dict(obj: Any) -> Any:
+    """A dataclass tree as plain dicts/lists (tuples become lists), e.g. for YAML/JSON output."""
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return {f.name: to_dict(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, (list, tuple)):
+        return [to_dict(v) for v in obj]
+    if isinstance(obj, Mapping):
+        return {k: to_dict(v) for k, v in obj.items()}
+    return obj
+
+
+def parse_override(text: str) -> tuple[list[str], Any]:
+    """Parse ``a.b.c=value`` into (["a", "b", "c"], value); the value is read as YAML."""
+    key, sep, raw = text.partition("=")
+    if not sep or not key.strip():
+        raise ConfigError(f"--set {text!r}: expected KEY=VALUE, e.g. --set train.steps=50")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"--set {text!r}: value is not valid YAML ({exc})") from exc
+    return key.strip().split("."), value
+
+
+def apply_overrides(data: dict, overrides: list[str]) -> dict:
+    """Apply ``--set`` overrides to a nested dict (in place) and return it."""
+    for text in overrides:
+        keys, value = parse_override(text)
+        node = data
+        for k in keys[:-1]:
+            child = node.get(k)
+            if child is None:
+                child = node[k] = {}
+            if not isinstance(child, dict):
+                raise ConfigError(f"--set {text!r}: {k!r} holds a value, not a section")
+            node = child
+        node[keys[-1]] = value
+    return data
+
+
+def load_yaml(path: str) -> dict:
+    try:
+        with open(path) as fh:
+            data = yaml.safe_load(fh) or {}
+    except FileNotFoundError:
+        raise ConfigError(f"config file {path!r} does not exist") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"config file {path!r} is not valid YAML: {exc}") from exc
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {path!r} must hold a mapping at top level, got {type(data).__name__}")
+    return data

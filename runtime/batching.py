@@ -1,0 +1,55 @@
+"""Turn validated rollout records into the learner's plain tensors (task-blind).
+
+Advantages are computed here, over the whole step's samples, because a grouping may span several
+prompt groups (``batch`` grouping, or a task key such as a poker hand bucket).
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+
+from echo2_sdk.records import Rollout
+from echo2_sdk.signals import broadcast_to_tokens, compute_advantages, grouping_keys
+from echo2_sdk.runtime.learner import TrainBatch
+
+
+def collate(
+    records: Sequence[Rollout],
+    *,
+    pad_id: int,
+    grouping: str = "prompt",
+    estimator: str = "grpo",
+) -> tuple[TrainBatch, torch.Tensor]:
+    """Right-pad records into a ``TrainBatch`` and return it with the [B] sequence advantages.
+
+    Layout: sequence b is prompt (P tokens) + completion (C tokens). Target position j predicts
+    token j+1, so completion token i sits at target P − 1 + i; ``loss_mask``, ``advantages`` and
+    ``sampler_logprobs`` ([B, T-1]) are filled there and are 0 elsewhere.
+    """
+    if not records:
+        raise ValueError("collate needs at least one record")
+    keys = grouping_keys([r.prompt_key for r in records], [r.omega.group for r in records], grouping)
+    seq_adv = compute_advantages([r.reward for r in records], keys, estimator)
+    lengths = [r.num_tokens for r in records]
+    B, T = len(records), max(lengths)
+    input_ids = torch.full((B, T), pad_id, dtype=torch.long)
+    attention_mask = torch.zeros((B, T), dtype=torch.long)
+    loss_mask = torch.zeros((B, T - 1), dtype=torch.float32)
+    sampler_lp = torch.zeros((B, T - 1), dtype=torch.float32)
+    for b, rec in enumerate(records):
+        P, C = len(rec.prompt_ids), len(rec.completion_ids)
+        input_ids[b, : P + C] = torch.tensor(rec.prompt_ids + rec.completion_ids, dtype=torch.long)
+        attention_mask[b, : P + C] = 1
+        loss_mask[b, P - 1 : P - 1 + C] = torch.tensor(rec.omega.loss_mask, dtype=torch.float32)
+        sampler_lp[b, P - 1 : P - 1 + C] = torch.tensor(rec.sampler_logprobs, dtype=torch.float32)
+    batch = TrainBatch(
+        input_ids=input_ids,
+        attention_mask=attention_mask,
+        loss_mask=loss_mask,
+        advantages=broadcast_to_tokens(seq_adv, loss_mask),
+        sampler_logprobs=sampler_lp * loss_mask,
+        versions=torch.tensor([r.version for r in records], dtype=torch.long),
+    )
+    return batch, seq_adv

@@ -1,0 +1,74 @@
+"""A training run's directory: metrics.jsonl, summary.json, plots, checkpoints, base model."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import time
+from pathlib import Path
+from typing import Any
+
+CHECKPOINT_RE = re.compile(r"^step_(\d+)$")
+
+
+def default_run_dir(task: str) -> str:
+    return os.path.join("runs", f"{time.strftime('%Y%m%d-%H%M%S')}-{task}")
+
+
+class RunDir:
+    def __init__(self, path: str | os.PathLike) -> None:
+        self.path = Path(path)
+        self.path.mkdir(parents=True, exist_ok=True)
+        self.checkpoints = self.path / "checkpoints"
+        self.metrics_path = self.path / "metrics.jsonl"
+        self.summary_path = self.path / "summary.json"
+        self.base_model = self.path / "base_model"
+
+    def append_metrics(self, row: dict[str, Any]) -> None:
+        with open(self.metrics_path, "a") as fh:
+            fh.write(json.dumps(_jsonable(row)) + "\n")
+
+    def read_metrics(self) -> list[dict[str, Any]]:
+        if not self.metrics_path.exists():
+            return []
+        with open(self.metrics_path) as fh:
+            return [json.loads(line) for line in fh if line.strip()]
+
+    def truncate_metrics(self, last_step: int) -> None:
+        """Keep only rows up to ``last_step`` (used on resume, so that no step is recorded twice)."""
+        rows = [r for r in self.read_metrics() if r.get("step", 0) <= last_step]
+        with open(self.metrics_path, "w") as fh:
+            for r in rows:
+                fh.write(json.dumps(r) + "\n")
+
+    def write_summary(self, summary: dict[str, Any]) -> None:
+        tmp = self.summary_path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(_jsonable(summary), indent=2))
+        tmp.replace(self.summary_path)
+
+    def checkpoint_dir(self, step: int) -> Path:
+        return self.checkpoints / f"step_{step}"
+
+    def latest_checkpoint(self) -> Path | None:
+        if not self.checkpoints.exists():
+            return None
+        found = [
+            (int(m.group(1)), p)
+            for p in self.checkpoints.iterdir()
+            if (m := CHECKPOINT_RE.match(p.name)) and p.is_dir()
+        ]
+        return max(found)[1] if found else None
+
+
+def _jsonable(obj: Any) -> Any:
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {str(k): _jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_jsonable(v) for v in obj]
+    if hasattr(obj, "item") and callable(obj.item):
+        return _jsonable(obj.item())
+    return obj

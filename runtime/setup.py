@@ -1,0 +1,153 @@
+"""Run setup: resources check, seeding, base model (with optional warm start), learner, Ray."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import random
+import time
+from typing import Callable
+
+import numpy as np
+import torch
+
+from echo2_sdk.adapter import TaskAdapter
+from echo2_sdk.config import ConfigError, Echo2Config
+from echo2_sdk.runtime.rundir import RunDir
+
+TINY = "tiny-qwen3"
+
+
+class ResourceError(RuntimeError):
+    """The machine lacks what the config needs (e.g. GPUs for a 4B model)."""
+
+
+def check_resources(cfg: Echo2Config) -> None:
+    need = cfg.runtime.require_gpus
+    have = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if need > have:
+        raise ResourceError(
+            f"this config needs {need} GPU(s) (runtime.require_gpus={need}) for model "
+            f"{cfg.model.name!r}, but {have} are visible on this machine. Run it on a GPU node "
+            "(see README 'Scale out'), or try the CPU quickstart: "
+            "echo2 train --config examples/quickstart.yaml"
+        )
+
+
+def quiet_libraries() -> None:
+    """Progress bars of weight loading drown the training log; keep warnings and errors."""
+    import transformers
+
+    transformers.utils.logging.set_verbosity_error()
+    transformers.utils.logging.disable_progress_bar()
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def learner_device(cfg: Echo2Config) -> str:
+    if cfg.runtime.device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return cfg.runtime.device
+
+
+def prepare_base_model(
+    cfg: Echo2Config, adapter: TaskAdapter, run: RunDir, log: Callable[[str], None]
+) -> str:
+    """Path of the RL base policy: the configured model, optionally after a supervised warm start.
+
+    The warm start trains on the task's ``sft`` split only, which tasks keep disjoint from the RL
+    prompts (``train``) and the held-out prompts (``eval``). A resumed run reuses its warm start.
+    """
+    if cfg.model.name == TINY:
+        from echo2_sdk.runtime.modeling import ensure_tiny_qwen3
+
+        path = ensure_tiny_qwen3(**dataclasses.asdict(cfg.model.tiny))
+    else:
+        path = cfg.model.name
+    ws = cfg.model.warm_start
+    if not ws.enabled:
+        return path
+    out = run.base_model
+    if (out / "config.json").exists():
+        log(f"warm start: reusing {out}")
+        return str(out)
+    examples = list(adapter.examples("sft"))
+    pairs = [(adapter.build_messages(ex), adapter.reference_answer(ex)) for ex in examples]
+    pairs = [(m, a) for m, a in pairs if a is not None]
+    if not pairs:
+        raise ConfigError(
+            f"model.warm_start.enabled=true but task {cfg.task.name!r} has no sft examples with "
+            "reference answers; set model.warm_start.enabled=false"
+        )
+    from echo2_sdk.runtime.warmstart import sft_warm_start
+
+    t0 = time.perf_counter()
+    sft_warm_start(
+        path, pairs, str(out), epochs=ws.epochs, lr=ws.lr, batch_size=ws.batch_size, seed=cfg.train.seed
+    )
+    log(f"warm start: {len(pairs)} sft examples, {ws.epochs:g} epochs, {time.perf_counter() - t0:.1f}s -> {out}")
+    return str(out)
+
+
+def build_learner(cfg: Echo2Config, base_path: str):
+    """(Learner, tokenizer) for the base policy; a frozen reference is loaded only if kl_coef > 0."""
+    from echo2_sdk.runtime.learner import Learner
+    from echo2_sdk.runtime.modeling import load_policy
+
+    device = learner_device(cfg)
+    model, tokenizer = load_policy(base_path, dtype=cfg.model.dtype, device=device)
+    ref = None
+    if cfg.algo.kl_coef > 0:
+        ref, _ = load_policy(base_path, dtype=cfg.model.dtype, device=device)
+    a = cfg.algo
+    learner = Learner(
+        model,
+        ref_model=ref,
+        lr=a.lr,
+        weight_decay=a.weight_decay,
+        max_grad_norm=a.max_grad_norm,
+        num_minibatches=a.num_minibatches,
+        loss_name=a.loss,
+        loss_kwargs={
+            "clip_eps_low": a.clip_eps_low,
+            "clip_eps_high": a.clip_eps_high,
+            "tis_cap": a.tis_cap,
+            "kl_coef": a.kl_coef,
+            "loss_agg": a.loss_agg,
+        },
+        temperature=cfg.rollout.temperature if cfg.rollout.temperature > 0 else 1.0,
+        device=device,
+        seed=cfg.train.seed,
+    )
+    return learner, tokenizer
+
+
+def init_ray(cfg: Echo2Config, address: str | None) -> bool:
+    """Start or join Ray; return True if this process started (and must stop) the cluster."""
+    import ray
+
+    if ray.is_initialized():
+        return False
+    address = address or cfg.runtime.ray_address
+    # Workers set their own torch threads; keep BLAS pools from oversubscribing the cores.
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    quiet = {"TRANSFORMERS_VERBOSITY": "error", "HF_HUB_DISABLE_PROGRESS_BARS": "1", "TOKENIZERS_PARALLELISM": "false"}
+    os.environ.update({k: os.environ.get(k, v) for k, v in quiet.items()})
+    kwargs = dict(include_dashboard=False, logging_level="WARNING", log_to_driver=True,
+                  runtime_env={"env_vars": {**quiet, "OMP_NUM_THREADS": "1"}})
+    if address:
+        ray.init(address=address, **kwargs)
+        return True
+    num_cpus = cfg.runtime.ray_num_cpus or max(2, cfg.num_workers + 1)
+    ray.init(num_cpus=num_cpus, **kwargs)
+    return True
+
+
+def worker_specs(cfg: Echo2Config) -> list[dict]:
+    if cfg.rollout.workers:
+        return [dataclasses.asdict(w) for w in cfg.rollout.workers]
+    return [{"name": f"worker{i}"} for i in range(cfg.rollout.num_workers)]

@@ -1,0 +1,233 @@
+"""The training driver: learner + replay buffer + rollout pool, in async (ECHO-2) or sync mode.
+
+Async: every worker keeps generate requests queued; finished groups are validated and admitted to
+the buffer (v ≥ v_t − S); the learner trains whenever P admissible groups exist and publishes a
+snapshot every κ steps without waiting for its delivery. Time spent waiting for admissible groups is
+the bubble. Sync: generate P groups with the current weights, train one step, publish and wait for
+every worker to install it, repeat (the verl-sync baseline) — same workers, buffer and learner.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections import Counter
+from typing import Any, Callable
+
+import ray
+import yaml
+
+from echo2_sdk.config import Echo2Config, resolve_kappa, to_dict
+from echo2_sdk.records import RecordLimits, RolloutGroup, validate_group
+from echo2_sdk.registry import make_task
+from echo2_sdk.runtime import setup
+from echo2_sdk.runtime.batching import collate
+from echo2_sdk.runtime.buffer import ReplayBuffer
+from echo2_sdk.runtime.data import PromptStream
+from echo2_sdk.runtime.metrics import RunStats, progress_line, summarize
+from echo2_sdk.runtime.pool import RolloutPool
+from echo2_sdk.runtime.rundir import RunDir
+from echo2_sdk.runtime.backends.base import SamplingParams
+
+
+class Trainer:
+    def __init__(self, cfg: Echo2Config, run_dir: str, *, resume: bool = False,
+                 ray_address: str | None = None, log: Callable[[str], None] = print) -> None:
+        self.cfg, self.log = cfg, log
+        setup.check_resources(cfg)
+        setup.quiet_libraries()
+        setup.seed_everything(cfg.train.seed)
+        self.run = RunDir(run_dir)
+        (self.run.path / "config.yaml").write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
+        self.adapter = make_task(cfg.task.name, cfg.task.options, seed=cfg.train.seed)
+        self.sync = cfg.runtime.mode == "sync"
+        self.kappa = 1 if self.sync else resolve_kappa(cfg.runtime.staleness, cfg.runtime.kappa)
+        self.staleness = 0 if self.sync else cfg.runtime.staleness
+        import torch
+
+        torch.set_num_threads(cfg.runtime.learner_threads)
+        self.base_path = setup.prepare_base_model(cfg, self.adapter, self.run, log)
+        self.learner, self.tokenizer = setup.build_learner(cfg, self.base_path)
+        self.stats = RunStats()
+        self.step, position = 0, 0
+        if resume:
+            ckpt = self.run.latest_checkpoint()
+            if ckpt is None:
+                raise FileNotFoundError(f"--resume {run_dir}: no checkpoints under {self.run.checkpoints}")
+            extra = self.learner.load_checkpoint(str(ckpt))
+            self.step, position = extra["step"], extra["data_position"]
+            self.stats = RunStats.from_dict(extra["stats"])
+            self.run.truncate_metrics(self.step)
+            log(f"resumed from {ckpt} at step {self.step}, version {self.learner.version}")
+        self.stream = PromptStream(self.adapter.examples("train"), cfg.train.seed, position)
+        self.buffer = ReplayBuffer(self.staleness)
+        self.published = self.learner.version
+        self.limits = RecordLimits(vocab_size=len(self.tokenizer))
+        self.owns_ray = setup.init_ray(cfg, ray_address)
+        r = cfg.rollout
+        self.pool = RolloutPool(
+            setup.worker_specs(cfg),
+            dict(
+                model_path=self.base_path, task_name=cfg.task.name, task_options=dict(cfg.task.options),
+                sampling=SamplingParams(r.temperature, r.top_p, r.max_new_tokens, cfg.train.seed),
+                samples_per_prompt=r.samples_per_prompt, seed=cfg.train.seed, dtype=cfg.model.dtype,
+                threads=r.threads_per_worker, reward_timeout_s=r.reward_timeout_s,
+                max_answer_chars=r.max_answer_chars, backend=r.backend,
+            ),
+        )
+        if self.learner.version > 0:  # resumed: workers start from the restored weights
+            ray.get(self.pool.publish(self.learner.state_dict_for_rollout(), self.learner.version))
+        self.t_start = time.perf_counter()
+
+    # ------------------------------------------------------------------------------------------
+    def fit(self) -> dict[str, Any]:
+        cfg = self.cfg
+        try:
+            evals = {"before": self.evaluate()} if self.step == 0 else dict(self.stats.evals)
+            self.stats.evals = evals
+            if self.step == 0:
+                self.log(f"held-out before training: {_fmt_eval(evals['before'])}")
+            # wall_s counts training only: the clock starts after setup and the first evaluation.
+            self.t_start = time.perf_counter() - self.stats.wall_offset_s
+            (self._run_sync if self.sync else self._run_async)()
+            evals["after"] = self.evaluate()
+            self.log(f"held-out after training:  {_fmt_eval(evals['after'])}")
+            self._checkpoint()
+        finally:
+            self._worker_report = self.pool.worker_report()
+            self.pool.shutdown()
+            if self.owns_ray:
+                ray.shutdown()
+        summary = summarize(self, self.run.read_metrics())
+        self.run.write_summary(summary)
+        if cfg.train.plots:
+            from echo2_sdk.runtime.plots import write_plots
+
+            summary["plots"] = write_plots(self.run.read_metrics(), self.stats.staleness_counts, self.run.path)
+            self.run.write_summary(summary)
+        return summary
+
+    # ------------------------------------------------------------------------------------------
+    def _fill(self, slot) -> None:
+        while len(slot.inflight) < self.pool.queue_depth:
+            self.pool.submit(slot, self.stream.take(self.cfg.rollout.prompts_per_request))
+
+    def _ingest(self, results) -> None:
+        for slot, result in results:
+            if isinstance(result, Exception):
+                self.stats.worker_errors += 1
+                self.log(f"worker {slot.name} request failed ({type(result).__name__}: {result}); continuing")
+                continue
+            self.stats.tokens += result.num_tokens
+            for status, n in result.reward_status.items():
+                self.stats.reward_status[status] += n
+            for v, t in result.installed.items():
+                self.stats.installs.append((slot.name, v, round(t - self.stats.t0_wall, 3)))
+            for group in result.groups:
+                self._admit(group)
+
+    def _admit(self, group: RolloutGroup) -> None:
+        accepted, rejected = validate_group(group, newest_version=self.published, limits=self.limits)
+        self.stats.rejected += sum(rejected.values())
+        self.stats.reject_reasons.update(rejected)
+        if not accepted:
+            return
+        if len(accepted) < len(group.rollouts):
+            group = dataclasses.replace(group, rollouts=tuple(accepted))
+        self.stats.first_rollout.setdefault(group.version, time.perf_counter() - self.t_start)
+        before = self.buffer.stats.dropped_stale_samples
+        if self.buffer.add(group, self.learner.version):
+            self.stats.accepted += len(group.rollouts)
+        self.stats.dropped_stale += self.buffer.stats.dropped_stale_samples - before
+
+    def _run_async(self) -> None:
+        for slot in self.pool.slots:
+            self._fill(slot)
+        while self.step < self.cfg.train.steps:
+            self._collect(0.0)
+            before = self.buffer.stats.dropped_stale_samples
+            groups = self.buffer.take(self.cfg.train.prompts_per_step, self.learner.version)
+            self.stats.dropped_stale += self.buffer.stats.dropped_stale_samples - before
+            if groups is None:
+                t0 = time.perf_counter()
+                self._collect(0.5)
+                self.stats.t_idle_s += time.perf_counter() - t0
+                continue
+            self._train(groups)
+            if self.learner.version % self.kappa == 0:
+                self.pool.publish(self.learner.state_dict_for_rollout(), self.learner.version)
+                self.published = self.learner.version
+                self.stats.publishes += 1
+
+    def _run_sync(self) -> None:
+        P = self.cfg.train.prompts_per_step
+        while self.step < self.cfg.train.steps:
+            t0 = time.perf_counter()
+            while self.buffer.num_admissible(self.learner.version) < P:
+                missing = P - len(self.buffer)
+                for i in range(0, missing, self.cfg.rollout.prompts_per_request):
+                    slot = self.pool.slots[(i // self.cfg.rollout.prompts_per_request) % len(self.pool.slots)]
+                    self.pool.submit(slot, self.stream.take(min(self.cfg.rollout.prompts_per_request, missing - i)))
+                while self.pool.pending():
+                    self._collect(0.5)
+            self.stats.t_idle_s += time.perf_counter() - t0
+            self._train(self.buffer.take(P, self.learner.version))
+            t1 = time.perf_counter()
+            ray.get(self.pool.publish(self.learner.state_dict_for_rollout(), self.learner.version))
+            self.published = self.learner.version
+            self.stats.publishes += 1
+            self.stats.t_idle_s += time.perf_counter() - t1
+
+    def _collect(self, timeout_s: float) -> None:
+        results = self.pool.collect(timeout_s)
+        self._ingest(results)
+        if not self.sync:
+            for slot, _ in results:
+                self._fill(slot)
+
+    def _train(self, groups: list[RolloutGroup]) -> None:
+        v_t = self.learner.version
+        records = [r for g in groups for r in g.rollouts]
+        t0 = time.perf_counter()
+        batch, _ = collate(records, pad_id=self.tokenizer.pad_token_id,
+                           grouping=self.cfg.algo.grouping, estimator=self.cfg.algo.advantage)
+        metrics = self.learner.train_step(batch)
+        t_train = time.perf_counter() - t0
+        self.step += 1
+        row = self.stats.step_row(self, records, v_t, t_train, metrics)
+        self.run.append_metrics(row)
+        every = max(1, self.cfg.train.steps // 25)
+        if self.step % every == 0 or self.step == 1 or self.step == self.cfg.train.steps:
+            self.log(progress_line(row, self.cfg.train.steps))
+        if self.cfg.train.eval_every and self.step % self.cfg.train.eval_every == 0:
+            self.stats.evals[f"step_{self.step}"] = self.evaluate()
+        if self.cfg.train.checkpoint_every and self.step % self.cfg.train.checkpoint_every == 0:
+            self._checkpoint()
+
+    def _checkpoint(self) -> None:
+        self.stats.wall_offset_s = time.perf_counter() - self.t_start
+        self.learner.save_checkpoint(
+            str(self.run.checkpoint_dir(self.step)),
+            extra={"step": self.step, "data_position": self.stream.position, "stats": self.stats.to_dict()},
+        )
+
+    def evaluate(self) -> dict[str, Any]:
+        """Held-out accuracy of the learner's current weights (greedy by default)."""
+        from echo2_sdk.runtime.backends.hf import HFBackend
+        from echo2_sdk.runtime.evaluation import evaluate
+
+        t = self.cfg.train
+        params = SamplingParams(
+            temperature=t.eval_temperature, top_p=1.0,
+            max_new_tokens=t.eval_max_new_tokens or self.cfg.rollout.max_new_tokens, seed=t.seed,
+        )
+        backend = HFBackend(self.learner.model, self.tokenizer, device=self.learner.device)
+        result = evaluate(self.adapter, backend, self.tokenizer, split="eval", k=t.eval_samples,
+                          params=params, limit=t.eval_max_examples)
+        self.learner.model.eval()
+        return result
+
+
+def _fmt_eval(ev: dict[str, Any]) -> str:
+    keys = [k for k in ev if k.startswith("avg@") or k in ("accuracy", "num_examples")]
+    return ", ".join(f"{k}={ev[k]:.3f}" if isinstance(ev[k], float) else f"{k}={ev[k]}" for k in keys)

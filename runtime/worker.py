@@ -1,0 +1,199 @@
+"""Rollout worker: generates under its installed version v̂, scores rewards locally, returns groups.
+
+The class is plain Python (testable without Ray); the runtime wraps it with ``ray.remote``. It runs
+two concurrency groups: ``generate`` calls are served one at a time, while ``install`` runs on a
+control thread so that a snapshot is received the moment it is published and applied before the
+next generation batch starts.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import torch
+
+from echo2_sdk.adapter import Example
+from echo2_sdk.records import Rollout, RolloutGroup
+from echo2_sdk.registry import make_task
+from echo2_sdk.rewards import RewardGuard
+from echo2_sdk.runtime.backends.base import SamplingParams
+
+
+@dataclass
+class GenerationResult:
+    """What one ``generate`` call returns to the driver."""
+
+    worker: str
+    groups: list[RolloutGroup]
+    version: int
+    num_tokens: int
+    t_generate_s: float
+    t_reward_s: float
+    t_throttle_s: float
+    reward_status: dict[str, int] = field(default_factory=dict)
+    installed: dict[int, float] = field(default_factory=dict)
+    """Versions installed since the last call → wall time (time.time()) of the install."""
+
+
+class RolloutWorker:
+    def __init__(
+        self,
+        name: str,
+        *,
+        model_path: str,
+        task_name: str,
+        task_options: dict,
+        sampling: SamplingParams,
+        samples_per_prompt: int,
+        seed: int,
+        dtype: str = "float32",
+        threads: int = 1,
+        max_tokens_per_s: float | None = None,
+        reward_timeout_s: float = 5.0,
+        max_answer_chars: int = 4000,
+        backend: str = "hf",
+    ) -> None:
+        torch.set_num_threads(threads)
+        import transformers
+
+        transformers.utils.logging.disable_progress_bar()
+        torch.manual_seed(seed)
+        self.name = name
+        self.sampling = sampling
+        self.n = samples_per_prompt
+        self.max_tokens_per_s = max_tokens_per_s
+        self.adapter = make_task(task_name, task_options, seed=seed)
+        self.guard = RewardGuard(
+            task_name, task_options, seed, timeout_s=reward_timeout_s, max_chars=max_answer_chars
+        )
+        self.backend, self.tokenizer = _make_backend(backend, model_path, dtype)
+        self.version = 0
+        self._lock = threading.Lock()
+        self._pending: tuple[dict, int] | None = None
+        self._installed: dict[int, float] = {}
+        self._calls = 0
+
+    # ---- control plane -----------------------------------------------------------------------
+    def install(self, state_dict: dict, version: int) -> int:
+        """Stage snapshot ``version``; it is applied before the next generation batch."""
+        with self._lock:
+            if self._pending is None or version > self._pending[1]:
+                self._pending = (state_dict, version)
+        return version
+
+    def ping(self) -> str:
+        return self.name
+
+    def _apply_pending(self) -> None:
+        with self._lock:
+            pending, self._pending = self._pending, None
+        if pending is not None and pending[1] > self.version:
+            self.backend.load_weights(pending[0], pending[1])
+            self.version = pending[1]
+            self._installed[self.version] = time.time()
+
+    # ---- data plane --------------------------------------------------------------------------
+    def generate(self, examples: Sequence[Example]) -> GenerationResult:
+        """Generate n samples for each example under the installed version; score; build groups."""
+        self._apply_pending()
+        version = self.version
+        t0 = time.perf_counter()
+        prompts = [self._prompt_ids(ex) for ex in examples]
+        seed = None if self.sampling.seed is None else self.sampling.seed + self._calls
+        params = SamplingParams(
+            temperature=self.sampling.temperature,
+            top_p=self.sampling.top_p,
+            max_new_tokens=self.sampling.max_new_tokens,
+            seed=seed,
+        )
+        self._calls += 1
+        outputs = self.backend.generate(prompts, self.n, params)
+        t_gen = time.perf_counter() - t0
+        num_tokens = sum(len(c.token_ids) for outs in outputs for c in outs)
+
+        t1 = time.perf_counter()
+        texts = [
+            [self.tokenizer.decode(c.token_ids, skip_special_tokens=True) for c in outs] for outs in outputs
+        ]
+        items = [(ex, text) for ex, ts in zip(examples, texts) for text in ts]
+        results = self.guard.score_many(items)
+        t_reward = time.perf_counter() - t1
+
+        groups, k = [], 0
+        status: dict[str, int] = {}
+        for ex, prompt_ids, outs in zip(examples, prompts, outputs):
+            rollouts = []
+            for comp in outs:
+                res = results[k]
+                k += 1
+                status[res.status] = status.get(res.status, 0) + 1
+                rollouts.append(
+                    Rollout(
+                        prompt_ids=prompt_ids,
+                        completion_ids=comp.token_ids,
+                        reward=res.reward,
+                        version=version,
+                        omega=self.adapter.materialize(ex, prompt_ids, comp.token_ids),
+                        sampler_logprobs=comp.logprobs,
+                        prompt_key=ex.id,
+                        meta={"worker": self.name, "finish": comp.finish_reason, "reward_status": res.status},
+                    )
+                )
+            groups.append(
+                RolloutGroup(ex.id, version, tuple(rollouts), worker_id=self.name, t_generated=time.time())
+            )
+        t_throttle = self._throttle(num_tokens, time.perf_counter() - t0)
+        installed, self._installed = self._installed, {}
+        return GenerationResult(
+            worker=self.name,
+            groups=groups,
+            version=version,
+            num_tokens=num_tokens,
+            t_generate_s=t_gen,
+            t_reward_s=t_reward,
+            t_throttle_s=t_throttle,
+            reward_status=status,
+            installed=installed,
+        )
+
+    def _prompt_ids(self, example: Example) -> list[int]:
+        return encode_prompt(self.tokenizer, self.adapter.build_messages(example))
+
+    def _throttle(self, num_tokens: int, elapsed_s: float) -> float:
+        """Simulated throughput cap: sleep so that tokens/elapsed ≤ max_tokens_per_s."""
+        if not self.max_tokens_per_s:
+            return 0.0
+        wait = num_tokens / self.max_tokens_per_s - elapsed_s
+        if wait > 0:
+            time.sleep(wait)
+            return wait
+        return 0.0
+
+    def stats(self) -> dict[str, Any]:
+        return {"name": self.name, "version": self.version, "reward": self.guard.stats()}
+
+    def close(self) -> None:
+        self.guard.close()
+
+
+def encode_prompt(tokenizer, messages: list[dict]) -> list[int]:
+    """Token ids of chat ``messages`` plus the assistant generation prompt."""
+    ids = tokenizer.apply_chat_template(messages, tokenize=True, add_generation_prompt=True)
+    if hasattr(ids, "keys"):  # transformers ≥ 5 returns a BatchEncoding
+        ids = ids["input_ids"]
+    return list(ids)
+
+
+def _make_backend(kind: str, model_path: str, dtype: str):
+    from echo2_sdk.runtime.modeling import load_policy
+
+    if kind == "hf":
+        from echo2_sdk.runtime.backends.hf import HFBackend
+
+        model, tokenizer = load_policy(model_path, dtype=dtype, device="cpu")
+        model.eval()
+        return HFBackend(model, tokenizer), tokenizer
+    raise ValueError(f"rollout.backend={kind!r} is not available yet; use 'hf'")

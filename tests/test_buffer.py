@@ -1,0 +1,44 @@
+from echo2_sdk.records import Omega, Rollout, RolloutGroup
+from echo2_sdk.runtime.buffer import ReplayBuffer, is_admissible
+
+
+def group(key, version, n=2):
+    r = Rollout((1,), (2,), 1.0, version, Omega((1,), key), (-0.1,), key)
+    return RolloutGroup(key, version, (r,) * n)
+
+
+def test_admission_at_the_S_boundary():
+    # S = 3, learner at v_t = 10: v = 7 is the oldest admissible, v = 6 is not
+    assert is_admissible(7, 10, 3) and not is_admissible(6, 10, 3)
+    buf = ReplayBuffer(staleness=3)
+    assert buf.add(group("a", 7), learner_version=10)
+    assert not buf.add(group("b", 6), learner_version=10)
+    assert buf.stats.dropped_stale_groups == 1 and buf.stats.dropped_stale_samples == 2
+
+
+def test_oldest_admissible_first_and_eviction():
+    buf = ReplayBuffer(staleness=2)
+    for key, v in [("n1", 5), ("o1", 3), ("n2", 5), ("o2", 4), ("x", 2)]:
+        buf.add(group(key, v), learner_version=4)
+    assert len(buf) == 5
+    # learner moves to v_t = 5: v=2 is now stale (2 < 5-2) and is dropped, never handed out
+    taken = buf.take(2, learner_version=5)
+    assert [g.prompt_key for g in taken] == ["o1", "o2"]
+    assert buf.stats.dropped_stale_groups == 1
+    assert buf.take(3, learner_version=5) is None  # only 2 left: nothing taken
+    assert len(buf) == 2
+    assert [g.prompt_key for g in buf.take(2, learner_version=5)] == ["n1", "n2"]
+
+
+def test_every_taken_group_satisfies_the_bound():
+    import random
+
+    rng = random.Random(0)
+    buf, S = ReplayBuffer(staleness=3), 3
+    v_t = 0
+    for _ in range(500):
+        buf.add(group("k", max(0, v_t - rng.randint(0, 6))), learner_version=v_t)
+        got = buf.take(2, v_t)
+        if got:
+            assert all(v_t - g.version <= S for g in got)
+            v_t += 1
