@@ -37,7 +37,8 @@ def main() -> None:
     from echo2_sdk.runtime.batching import collate
     from echo2_sdk.runtime.learner import Learner
     from echo2_sdk.runtime.modeling import ensure_tiny_qwen3, load_policy
-    from echo2_sdk.runtime.worker import RolloutWorker, encode_prompt
+    from echo2_sdk.chat import chat_token_ids
+    from echo2_sdk.runtime.worker import RolloutWorker
 
     path = ensure_tiny_qwen3()
     task = make_task("arith", {}, seed=0)
@@ -48,7 +49,7 @@ def main() -> None:
 
     model, tok = load_policy(path)
     raw = HFBackend(model, tok)
-    prompts = [encode_prompt(tok, task.build_messages(e)) for e in examples]
+    prompts = [chat_token_ids(tok, task.build_messages(e)) for e in examples]
     worker = RolloutWorker("bench", **worker_kwargs)
 
     actor = None

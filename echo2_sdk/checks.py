@@ -13,6 +13,7 @@ import time
 from typing import Any, Sequence
 
 from echo2_sdk.adapter import SPLITS, Example, TaskAdapter
+from echo2_sdk.chat import chat_token_ids
 from echo2_sdk.records import Omega, RecordLimits, Rollout, validate_rollout
 
 REQUIRED_SPLITS = ("train", "eval")
@@ -28,11 +29,7 @@ class AdapterCheckError(AssertionError):
 
 def render_prompt_ids(adapter: TaskAdapter, tokenizer, example: Example) -> list[int]:
     """Token ids of the prompt x: the adapter's chat messages + the assistant generation prompt."""
-    rendered = tokenizer.apply_chat_template(
-        adapter.build_messages(example), tokenize=True, add_generation_prompt=True
-    )
-    # transformers >= 5 returns a BatchEncoding here, older versions a plain list.
-    return list(rendered["input_ids"] if hasattr(rendered, "keys") else rendered)
+    return chat_token_ids(tokenizer, adapter.build_messages(example))
 
 
 def _error(
@@ -75,7 +72,12 @@ def _check_splits(adapter: TaskAdapter) -> dict[str, list[Example]]:
 
 
 def _check_determinism(adapter: TaskAdapter, splits: dict[str, list[Example]]) -> None:
-    twin = type(adapter)(adapter.options, seed=adapter.seed)
+    try:
+        twin = type(adapter)(adapter.options, seed=adapter.seed)
+    except Exception as exc:
+        raise _error(adapter, f"cannot build a second instance: {type(exc).__name__}: {exc}",
+                     "adapters are built by name on every worker as Cls(options, seed=seed); "
+                     "accept exactly those arguments")
     for split, examples in splits.items():
         again = _signature(twin.examples(split))
         if again != _signature(examples):
@@ -167,9 +169,10 @@ def check_adapter(adapter: TaskAdapter, tokenizer, *, max_examples: int = 8) -> 
     started = time.perf_counter()
     splits = _check_splits(adapter)
     _check_determinism(adapter, splits)
-    # Half from train, half from eval: both feed the learner's metrics.
+    # Half from train, half from eval (both feed the learner), without checking one example twice
+    # when the splits overlap (e.g. aime24 trains on its eval set).
     half = max(1, max_examples // 2)
-    candidates = splits["train"][:half] + splits["eval"][: max_examples - half]
+    candidates = splits["train"][:half] + splits["eval"] + splits["train"][half:]
     sample = list({example.id: example for example in candidates}.values())[:max_examples]
     with_reference = 0
     for example in sample:

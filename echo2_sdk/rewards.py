@@ -143,6 +143,10 @@ def _stop_child(process, conn) -> None:
 class RewardGuard:
     """Scores completions in a persistent child process, with a per-item deadline.
 
+    ``task_name``/``options``/``seed`` are what :func:`echo2_sdk.registry.make_task` takes (options:
+    the ``task.options`` mapping or the task's Options dataclass; it must pickle). A task that cannot
+    be built raises :class:`RewardWorkerError` here, with the child's traceback.
+
     ``score_many`` sends a batch in one round trip; the child answers item by item. When an item
     overruns ``timeout_s`` the child is killed, the item scores 0 with status ``timeout``, a new child
     is started and the remaining items continue there. Texts longer than ``max_chars`` score 0
@@ -304,8 +308,9 @@ class RewardGuard:
     # ----- bookkeeping ------------------------------------------------------------------------
     def stats(self) -> dict[str, int]:
         """Counts of each status since creation, plus ``restarts`` of the child process."""
-        with self._lock:
-            return {**{s: self._counts[s] for s in STATUSES}, "restarts": self._restarts}
+        # No lock: a batch waiting on a hung reward must not block monitoring. The keys are fixed,
+        # so reading while a batch updates the counts is safe (at worst one batch behind).
+        return {**{s: self._counts[s] for s in STATUSES}, "restarts": self._restarts}
 
     @property
     def child_pid(self) -> int | None:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections import Counter
 from typing import Any, Callable
 
 import ray

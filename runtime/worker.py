@@ -16,6 +16,7 @@ from typing import Any, Sequence
 import torch
 
 from echo2_sdk.adapter import Example
+from echo2_sdk.chat import chat_token_ids
 from echo2_sdk.records import Rollout, RolloutGroup
 from echo2_sdk.registry import make_task
 from echo2_sdk.rewards import RewardGuard
@@ -160,7 +161,7 @@ class RolloutWorker:
         )
 
     def _prompt_ids(self, example: Example) -> list[int]:
-        return encode_prompt(self.tokenizer, self.adapter.build_messages(example))
+        return chat_token_ids(self.tokenizer, self.adapter.build_messages(example))
 
     def _throttle(self, num_tokens: int, elapsed_s: float) -> float:
         """Simulated throughput cap: sleep so that tokens/elapsed ≤ max_tokens_per_s."""
@@ -177,14 +178,6 @@ class RolloutWorker:
 
     def close(self) -> None:
         self.guard.close()
-
-
-def encode_prompt(tokenizer, messages: list[dict]) -> list[int]:
-    """Token ids of chat ``messages`` plus the assistant generation prompt."""
-    ids = tokenizer.apply_chat_template(messages, tokenize=True, add_generation_prompt=True)
-    if hasattr(ids, "keys"):  # transformers ≥ 5 returns a BatchEncoding
-        ids = ids["input_ids"]
-    return list(ids)
 
 
 def _make_backend(kind: str, model_path: str, dtype: str):
