@@ -115,6 +115,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("tasks", help="list registered tasks")
     p.set_defaults(func=cmd_tasks)
+
+    from echo2_sdk.runtime.planning.cli import add_plan_parser, add_simulate_parser
+
+    add_plan_parser(sub)
+    add_simulate_parser(sub)
     return parser
 
 

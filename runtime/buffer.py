@@ -11,6 +11,7 @@ from __future__ import annotations
 import heapq
 import itertools
 from dataclasses import dataclass
+from typing import Callable
 
 from echo2_sdk.records import RolloutGroup
 
@@ -31,10 +32,12 @@ class BufferStats:
 class ReplayBuffer:
     """Groups waiting to be trained on. Not thread-safe: owned by the learner's driver loop."""
 
-    def __init__(self, staleness: int) -> None:
+    def __init__(self, staleness: int, on_drop: Callable[[RolloutGroup], None] | None = None) -> None:
+        """``on_drop`` is called with every group dropped as stale (on arrival or later)."""
         if staleness < 0:
             raise ValueError(f"staleness S must be ≥ 0, got {staleness}")
         self.staleness = staleness
+        self.on_drop = on_drop
         self._heap: list[tuple[int, int, RolloutGroup]] = []
         self._arrival = itertools.count()
         self.stats = BufferStats()
@@ -75,3 +78,5 @@ class ReplayBuffer:
     def _count_drop(self, group: RolloutGroup) -> None:
         self.stats.dropped_stale_groups += 1
         self.stats.dropped_stale_samples += len(group.rollouts)
+        if self.on_drop is not None:
+            self.on_drop(group)

@@ -74,3 +74,7 @@ def token_logprobs(
     so learner-side old/ref log-probs and sampler log-probs are computed identically.
     """
     return sequence_logprobs(model, input_ids, attention_mask, temperature)
+
+
+# The learner imports the function under this name; both names are the one implementation.
+token_logprobs = sequence_logprobs

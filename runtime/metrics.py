@@ -27,6 +27,8 @@ class RunStats:
     wall_offset_s: float = 0.0
     t0_wall: float = field(default_factory=time.time)
     reject_reasons: Counter = field(default_factory=Counter)
+    dropped_by_worker: Counter = field(default_factory=Counter)
+    """Samples dropped as stale, by the worker that generated them (stale on arrival or in the buffer)."""
     reward_status: Counter = field(default_factory=Counter)
     staleness_counts: Counter = field(default_factory=Counter)
     first_rollout: dict = field(default_factory=dict)
@@ -41,6 +43,10 @@ class RunStats:
     def bubble_ratio(self) -> float:
         total = self.t_idle_s + self.t_train_s
         return self.t_idle_s / total if total > 0 else 0.0
+
+    def count_stale_drop(self, group) -> None:
+        self.dropped_stale += len(group.rollouts)
+        self.dropped_by_worker[group.worker_id] += len(group.rollouts)
 
     def _delta(self, name: str) -> int:
         value = getattr(self, name)
@@ -81,7 +87,7 @@ class RunStats:
     def to_dict(self) -> dict[str, Any]:
         d = {k: v for k, v in self.__dict__.items()}
         d["prompts_trained"] = sorted(self.prompts_trained)
-        for k in ("reject_reasons", "reward_status", "staleness_counts"):
+        for k in ("reject_reasons", "reward_status", "staleness_counts", "dropped_by_worker"):
             d[k] = {str(a): b for a, b in d[k].items()}
         d["first_rollout"] = {str(a): b for a, b in self.first_rollout.items()}
         return d
@@ -89,7 +95,9 @@ class RunStats:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "RunStats":
         s = cls(**{k: v for k, v in d.items() if k not in (
-            "reject_reasons", "reward_status", "staleness_counts", "prompts_trained", "first_rollout")})
+            "reject_reasons", "reward_status", "staleness_counts", "prompts_trained", "first_rollout",
+            "dropped_by_worker")})
+        s.dropped_by_worker = Counter(d.get("dropped_by_worker", {}))
         s.reject_reasons = Counter(d.get("reject_reasons", {}))
         s.reward_status = Counter(d.get("reward_status", {}))
         s.staleness_counts = Counter({int(k): v for k, v in d.get("staleness_counts", {}).items()})
@@ -138,6 +146,7 @@ def summarize(trainer, rows: list[dict[str, Any]]) -> dict[str, Any]:
         "staleness_histogram": {str(k): v for k, v in sorted(s.staleness_counts.items())},
         "samples_accepted": s.accepted,
         "samples_dropped_stale": s.dropped_stale,
+        "samples_dropped_stale_by_worker": dict(s.dropped_by_worker),
         "samples_rejected": s.rejected,
         "reject_reasons": dict(s.reject_reasons),
         "reward_status": dict(s.reward_status),

@@ -196,6 +196,7 @@ def load_policy(
     anything else is a Hub id or local folder for `AutoModelForCausalLM`. The model is returned in
     eval mode on `device`.
     """
+    torch_dtype = resolve_dtype(dtype)  # fail on a bad dtype before building or downloading anything
     if name_or_path == TINY_MODEL_NAME:
         path = ensure_tiny_qwen3(**(tiny_size or {}))
     elif tiny_size:
@@ -209,7 +210,7 @@ def load_policy(
     if tokenizer.pad_token is None:
         # Many base checkpoints ship without a pad token; eos is the conventional stand-in.
         tokenizer.pad_token = tokenizer.eos_token
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=resolve_dtype(dtype))
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype)
     if model.generation_config.pad_token_id is None:
         model.generation_config.pad_token_id = tokenizer.pad_token_id
     return model.to(device).eval(), tokenizer

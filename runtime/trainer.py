@@ -59,7 +59,7 @@ class Trainer:
             self.run.truncate_metrics(self.step)
             log(f"resumed from {ckpt} at step {self.step}, version {self.learner.version}")
         self.stream = PromptStream(self.adapter.examples("train"), cfg.train.seed, position)
-        self.buffer = ReplayBuffer(self.staleness)
+        self.buffer = ReplayBuffer(self.staleness, on_drop=self.stats.count_stale_drop)
         self.published = self.learner.version
         self.limits = RecordLimits(vocab_size=len(self.tokenizer))
         self.owns_ray = setup.init_ray(cfg, ray_address)
@@ -134,19 +134,15 @@ class Trainer:
         if len(accepted) < len(group.rollouts):
             group = dataclasses.replace(group, rollouts=tuple(accepted))
         self.stats.first_rollout.setdefault(group.version, time.perf_counter() - self.t_start)
-        before = self.buffer.stats.dropped_stale_samples
         if self.buffer.add(group, self.learner.version):
             self.stats.accepted += len(group.rollouts)
-        self.stats.dropped_stale += self.buffer.stats.dropped_stale_samples - before
 
     def _run_async(self) -> None:
         for slot in self.pool.slots:
             self._fill(slot)
         while self.step < self.cfg.train.steps:
             self._collect(0.0)
-            before = self.buffer.stats.dropped_stale_samples
             groups = self.buffer.take(self.cfg.train.prompts_per_step, self.learner.version)
-            self.stats.dropped_stale += self.buffer.stats.dropped_stale_samples - before
             if groups is None:
                 t0 = time.perf_counter()
                 self._collect(0.5)

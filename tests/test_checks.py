@@ -21,9 +21,11 @@ def tokenizer(tiny_tokenizer):  # session fixture from conftest.py
 
 
 def test_arith_passes(tokenizer):
-    report = check_adapter(make_task("arith"), tokenizer)
+    adapter = make_task("arith")
+    report = check_adapter(adapter, tokenizer)
     assert report["task"] == "arith"
-    assert report["splits"] == {"sft": 80, "train": 240, "eval": 80}
+    assert report["splits"] == {s: len(adapter.examples(s)) for s in ("sft", "train", "eval")}
+    assert min(report["splits"].values()) > 0
     assert report["checked"] == report["with_reference"] == 8
 
 

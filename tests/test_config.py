@@ -34,8 +34,8 @@ def test_wrong_type_names_path_value_and_expected_type():
 
 
 def test_task_options_are_validated_against_adapter():
-    with pytest.raises(ConfigError, match=r"task.options.max_operandd.*Did you mean 'task.options.max_operand'"):
-        load_config(None, ["task.options.max_operandd=5"])
+    with pytest.raises(ConfigError, match=r"task.options.first_opernd.*Did you mean 'task.options.first_operand'"):
+        load_config(None, ["task.options.first_opernd=[0, 5]"])
 
 
 def test_kappa_rules():

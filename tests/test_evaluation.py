@@ -76,7 +76,7 @@ class ScriptedBackend(GenerationBackend):
 @pytest.fixture(scope="module")
 def arith_setup(tiny_tokenizer):  # tiny_tokenizer: session fixture from conftest.py
     tokenizer = tiny_tokenizer
-    adapter = make_task("arith", {"min_operand": 1})  # no 0 answers, so "0" is always wrong
+    adapter = make_task("arith", {"first_operand": [1, 19], "second_operand": [1, 19]})  # no 0 answers, so "0" is always wrong
     gold = {
         tuple(render_prompt_ids(adapter, tokenizer, ex)): ex.answer for ex in adapter.examples("eval")
     }
@@ -99,7 +99,7 @@ def test_evaluate_through_a_guard_gives_the_same_numbers(arith_setup):
     adapter, tokenizer, gold = arith_setup
     backend = ScriptedBackend(tokenizer, gold, num_correct=2)
     params = SamplingParams(temperature=0.0, max_new_tokens=4)
-    with RewardGuard("arith", {"min_operand": 1}, 0) as guard:
+    with RewardGuard("arith", {"first_operand": [1, 19], "second_operand": [1, 19]}, 0) as guard:
         guarded = evaluate(adapter, backend, tokenizer, k=3, params=params, guard=guard, limit=10)
     direct = evaluate(adapter, backend, tokenizer, k=3, params=params, limit=10)
     assert guarded["avg_at_k"] == direct["avg_at_k"] == pytest.approx(2 / 3)

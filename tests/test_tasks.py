@@ -76,7 +76,7 @@ def test_arith_is_registered_and_defaults_are_learnable_size():
     adapter = make_task("arith")
     sizes = {split: len(adapter.examples(split)) for split in SPLITS}
     assert sizes["train"] >= 100, sizes
-    assert sum(sizes.values()) == adapter.problem_space_size() == 400
+    assert sum(sizes.values()) == adapter.problem_space_size() == 1000
 
 
 def test_arith_splits_are_a_disjoint_partition_and_deterministic():
@@ -84,7 +84,7 @@ def test_arith_splits_are_a_disjoint_partition_and_deterministic():
     ids = {split: [ex.id for ex in first.examples(split)] for split in SPLITS}
     assert ids == {split: [ex.id for ex in second.examples(split)] for split in SPLITS}
     flat = [i for split in SPLITS for i in ids[split]]
-    assert len(flat) == len(set(flat)) == 400
+    assert len(flat) == len(set(flat)) == 1000
     other_seed = make_task("arith", seed=4)
     assert ids["eval"] != [ex.id for ex in other_seed.examples("eval")]
 
@@ -106,7 +106,7 @@ def test_arith_examples_and_reward():
 def test_arith_options_from_a_mapping():
     adapter = make_task(
         "arith",
-        {"operators": ["-", "*"], "min_operand": -3, "max_operand": 3, "max_train": 10,
+        {"operators": ["-", "*"], "first_operand": [-3, 3], "second_operand": [-3, 3], "max_train": 10,
          "system_prompt": "Compute."},
     )
     assert len(adapter.examples("train")) == 10
@@ -121,7 +121,7 @@ def test_arith_options_from_a_mapping():
     "options, message",
     [
         ({"operators": ["/"]}, "operators"),
-        ({"min_operand": 5, "max_operand": 1}, "min_operand"),
+        ({"first_operand": [5, 1]}, "first_operand"),
         ({"sft_fraction": 0.5, "eval_fraction": 0.5}, "leaves no train problems"),
         ({"prompt_template": "{x}="}, "prompt_template"),
         ({"max_train": 0}, "max_train"),

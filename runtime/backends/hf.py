@@ -90,6 +90,8 @@ class HFBackend(GenerationBackend):
             )
         self.stop_ids = torch.tensor(stop_token_ids(model, tokenizer), device=self.device)
         self._cache_arg = _cache_argument_name(self.model)
+        # Cleared on first use when the model's cache type cannot be repeated across rows.
+        self._cache_can_repeat = True
         self.version = version
 
     @torch.inference_mode()
@@ -107,10 +109,9 @@ class HFBackend(GenerationBackend):
                 raise ValueError(f"prompt {index} is empty; every prompt needs at least one token")
         if not prompts:
             return []
-        rows = [prompt for prompt in prompts for _ in range(n)]
-        token_ids, logprobs, lengths, stopped = self._sample_batch(rows, params)
+        token_ids, logprobs, lengths, stopped = self._sample_batch(prompts, n, params)
         completions = []
-        for row in range(len(rows)):
+        for row in range(len(prompts) * n):
             length = int(lengths[row])
             completions.append(
                 Completion(
@@ -121,22 +122,29 @@ class HFBackend(GenerationBackend):
             )
         return [completions[i * n : (i + 1) * n] for i in range(len(prompts))]
 
-    def _sample_batch(self, rows: list[list[int]], params: SamplingParams):
-        """KV-cache decoding of a batch of prompt rows.
+    def _sample_batch(self, prompts: list[list[int]], n: int, params: SamplingParams):
+        """KV-cache decoding of n samples per prompt; rows are prompt-major (p0 x n, p1 x n, ...).
 
         Returns token_ids [B, S] long, logprobs [B, S] float32, lengths [B], stopped [B] bool (CPU),
-        where S <= max_new_tokens and only the first lengths[b] entries of row b are meaningful.
+        B = len(prompts) * n, S <= max_new_tokens; only the first lengths[b] entries of row b count.
         """
-        batch = len(rows)
-        width = max(len(row) for row in rows)
-        input_ids = torch.full((batch, width), self.pad_id, dtype=torch.long)
-        attention_mask = torch.zeros((batch, width), dtype=torch.long)
-        for b, row in enumerate(rows):
-            input_ids[b, width - len(row) :] = torch.tensor(row, dtype=torch.long)
-            attention_mask[b, width - len(row) :] = 1
+        width = max(len(prompt) for prompt in prompts)
+        input_ids = torch.full((len(prompts), width), self.pad_id, dtype=torch.long)
+        attention_mask = torch.zeros((len(prompts), width), dtype=torch.long)
+        for b, prompt in enumerate(prompts):
+            input_ids[b, width - len(prompt) :] = torch.tensor(prompt, dtype=torch.long)
+            attention_mask[b, width - len(prompt) :] = 1
         input_ids = input_ids.to(self.device)
         attention_mask = attention_mask.to(self.device)
         positions = positions_from_mask(attention_mask)
+        # Prefill each prompt once and copy its KV cache to its n samples (GRPO groups share a
+        # prompt, so this divides prefill work by n); caches without that method prefill every row.
+        share_prefill = n > 1 and self._cache_can_repeat
+        if not share_prefill:
+            input_ids, attention_mask, positions = (
+                t.repeat_interleave(n, dim=0) for t in (input_ids, attention_mask, positions)
+            )
+        batch = len(prompts) * n
 
         generator = None
         if params.seed is not None:
@@ -153,6 +161,14 @@ class HFBackend(GenerationBackend):
         )
         cache = getattr(out, self._cache_arg)
         next_logits = out.logits[:, -1]
+        if share_prefill and not hasattr(cache, "batch_repeat_interleave"):
+            self._cache_can_repeat = False
+            return self._sample_batch(prompts, n, params)
+        if share_prefill:
+            cache.batch_repeat_interleave(n)
+            next_logits, attention_mask, positions = (
+                t.repeat_interleave(n, dim=0) for t in (next_logits, attention_mask, positions)
+            )
         next_position = positions[:, -1:] + 1
 
         new_tokens, new_logprobs = [], []

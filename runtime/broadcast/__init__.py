@@ -1,0 +1,18 @@
+"""Peer-assisted pipelined snapshot broadcast (ECHO-2 §4): striped chains over bandwidth-limited
+links, integrity at every hop, chain repair, and a benchmark against the physical bound.
+
+Modules, one concern each:
+  snapshot   state dict ↔ safetensors bytes ↔ fixed-size chunks (no pickle)
+  manifest   per-chunk and whole SHA-256, Ed25519 signature of the learner
+  topology   how stripes, chains and chunk size follow from B0, Bw, N; live repair/join decisions
+  shaping    token buckets (uplink/downlink) and per-hop latency on loopback
+  wire       frame format of the worker-to-worker TCP stream
+  transfer   one node's buffer / verified chunks / counters for one version
+  receiver   the receiving protocol (chunks land in place in the snapshot buffer)
+  serving    the sending side (forward each verified chunk to the child at once)
+  node       a node: receive, verify, forward, repair, install
+  control    coordinator + JSON-lines control channel (parents, holders, completion)
+  host       many nodes in one process (benchmark workers)
+  session    one measured broadcast; metrics: T_bcast, bounds, CPU; cli: ``echo2 bench broadcast``
+  endpoints  thread-hosted learner/worker endpoints; ray_transport: ``P2PSnapshotTransport``
+"""

@@ -1,0 +1,54 @@
+"""Small types shared by the node, its serving side and the control plane."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import Protocol
+
+from echo2_sdk.runtime.broadcast.wire import ProtocolError
+
+STREAM_ERRORS = (OSError, ConnectionError, asyncio.IncompleteReadError, TimeoutError, ProtocolError)
+"""What a broken, stalled or misbehaving peer stream raises: the other side repairs around it."""
+
+
+@dataclass(frozen=True)
+class Peer:
+    id: str
+    host: str
+    port: int
+
+
+@dataclass(frozen=True)
+class Faults:
+    """Injected misbehaviour, for tests and the repair benchmark."""
+
+    corrupt_chunks: tuple[int, ...] = ()
+    """Flip one byte of each of these chunks the first time this node sends it."""
+    stall_at_fraction: float | None = None
+    """Once this fraction of the snapshot's chunks has been sent (all streams together), go silent:
+    no data, no keepalive, sockets left open — a hung forwarder."""
+    crash_at_fraction: float | None = None
+    """Die abruptly once this fraction of the chunks has been received (0.5: half-way through its stripe)."""
+    crash_kills_process: bool = False
+    """Crash with SIGKILL of the hosting process instead of aborting only this node's sockets."""
+
+
+class ControlClient(Protocol):
+    async def find_parent(self, node: str, version: int, failed: str, reason: str) -> Peer | None: ...
+
+    async def find_holder(self, node: str, version: int, chunk: int, exclude: str) -> Peer | None: ...
+
+    async def report(self, node: str, version: int, event: str, detail: dict) -> None: ...
+
+
+class BroadcastError(RuntimeError):
+    """This node could not obtain the snapshot (no honest parent left, or too many repairs)."""
+
+
+class UpstreamFailed(Exception):
+    """Raised in a serving stream when this node itself gave up on the version: tell the child."""
+
+    def __init__(self, version: int, message: str) -> None:
+        super().__init__(message)
+        self.version = version

@@ -1,0 +1,242 @@
+"""Thread-hosted broadcast endpoints for the real runtime (no Ray in here).
+
+``LearnerBroadcaster`` lives in the learner process: signing key, control server and the source node
+run on a private event-loop thread, so ``publish`` returns as soon as the weights are serialized.
+``WorkerBroadcastEndpoint`` lives in each rollout worker (e.g. inside its Ray actor): one node on its
+own event-loop thread, which keeps forwarding to its child after its own install;
+``wait_installed`` blocks the caller (the actor's control thread) until a version is in.
+``BroadcastReceiverMixin`` gives a worker class (``RolloutWorker``) the three actor methods the
+``P2PSnapshotTransport`` calls.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import threading
+import time
+from dataclasses import asdict
+
+from echo2_sdk.runtime.broadcast.control import BroadcastRecord, ControlServer, Coordinator, TcpControlClient
+from echo2_sdk.runtime.broadcast.manifest import (
+    build_manifest, new_signing_key, public_key_bytes, public_key_from_bytes, sign_manifest,
+)
+from echo2_sdk.runtime.broadcast.node import BroadcastError, BroadcastNode, Peer
+from echo2_sdk.runtime.broadcast.shaping import LinkProfile
+from echo2_sdk.runtime.broadcast.snapshot import state_dict_from_bytes, state_dict_to_bytes
+from echo2_sdk.runtime.broadcast.topology import SOURCE, plan_broadcast
+
+
+class _LoopThread:
+    """An asyncio loop on a daemon thread; other threads hand it coroutines."""
+
+    def __init__(self, name: str) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, name=name, daemon=True)
+        self.thread.start()
+
+    def submit(self, coro) -> concurrent.futures.Future:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop)
+
+    def run(self, coro, timeout_s: float | None = 60.0):
+        return self.submit(coro).result(timeout_s)
+
+    def stop(self) -> None:
+        if self.loop.is_running():
+            self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(timeout=5)
+
+
+class LearnerBroadcaster:
+    def __init__(
+        self, *, topology: str = "chain", uplink_mbps: float | None = None, worker_mbps: float | None = None,
+        latency_ms: float = 0.0, chunk_kb: int | None = None, stripes: int | None = None,
+        bind_host: str = "127.0.0.1", advertise_host: str | None = None, control_port: int = 0,
+        stall_timeout_s: float = 3.0, signing_key=None,
+    ) -> None:
+        self.topology, self.uplink_mbps, self.worker_mbps = topology, uplink_mbps, worker_mbps
+        self.chunk_kb, self.stripes = chunk_kb, stripes
+        self.key = signing_key or new_signing_key()
+        self.public_key = public_key_bytes(self.key.public_key())
+        self._thread = _LoopThread("echo2-broadcast-learner")
+        self.source = BroadcastNode(
+            SOURCE, link=LinkProfile(uplink_mbps=None if topology == "star-unlimited" else uplink_mbps, latency_ms=latency_ms),
+            public_key=self.key.public_key(), control=None, host=bind_host, advertise_host=advertise_host,
+            stall_timeout_s=stall_timeout_s,
+        )
+        self.server: ControlServer | None = None
+        self.coordinator: Coordinator | None = None
+        self._thread.run(self._start(bind_host, advertise_host, control_port))
+
+    async def _start(self, bind_host: str, advertise_host: str | None, control_port: int) -> None:
+        self.coordinator = Coordinator(await self.source.start())
+        self.server = ControlServer(self.coordinator, host=bind_host)
+        _, port = await self.server.start(control_port)
+        self.control_address = (advertise_host or bind_host, port)
+
+    def registered(self) -> list[str]:
+        return list(self.coordinator.peers)
+
+    def wait_registered(self, worker_ids: list[str], timeout_s: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while any(w not in self.coordinator.peers for w in worker_ids):
+            if time.monotonic() > deadline:
+                missing = [w for w in worker_ids if w not in self.coordinator.peers]
+                raise TimeoutError(f"workers {missing[:8]} never registered with the broadcast control server at "
+                                   f"{self.control_address}; check that they can reach it")
+            time.sleep(0.01)
+
+    def publish(self, state_dict: dict, version: int, worker_ids: list[str]) -> concurrent.futures.Future:
+        """Serialize now (the learner may keep training afterwards); hash, sign and start in the background.
+        The future resolves to the ``BroadcastRecord`` once every worker has been told its parent."""
+        t_publish = time.monotonic()
+        data = state_dict_to_bytes(state_dict)
+        return self._thread.submit(self._publish(data, version, list(worker_ids), t_publish))
+
+    async def _publish(self, data: bytes, version: int, worker_ids: list[str], t_publish: float) -> BroadcastRecord:
+        plan = plan_broadcast(worker_ids, len(data), self.topology, uplink_mbps=self.uplink_mbps,
+                              worker_mbps=self.worker_mbps, chunk_size=self.chunk_kb * 1024 if self.chunk_kb else None,
+                              stripes=self.stripes)
+        loop = asyncio.get_running_loop()
+        # hashlib releases the GIL on large buffers: hashing in a worker thread keeps this loop serving.
+        manifest = await loop.run_in_executor(
+            None, lambda: build_manifest(data, version, plan.chunk_size, public_key=self.key.public_key())
+        )
+        self.source.seed(manifest, sign_manifest(manifest, self.key), data)
+        return self.coordinator.start(version, plan, t_publish)
+
+    def join(self, version: int, worker_id: str) -> Peer:
+        """Add a worker that registered after ``version`` was published (appended to a chain)."""
+        return self._thread.run(self._call(self.coordinator.join, version, worker_id))
+
+    def wait(self, version: int, timeout_s: float = 600.0) -> dict:
+        """Block until every live worker installed ``version`` (or gave up); install times in seconds."""
+        self._thread.run(self.coordinator.wait_settled(version, timeout_s), timeout_s + 5)
+        record = self.coordinator.broadcasts[version]
+        return {
+            "installed_s": {w: d["t_installed"] - record.t_publish for w, d in record.installed.items()},
+            "failed": {w: d.get("reason") for w, d in record.failed.items()},
+            "repairs": list(record.repairs),
+            "plan": record.plan.to_dict(),
+        }
+
+    @staticmethod
+    async def _call(fn, *args):
+        return fn(*args)
+
+    def close(self) -> None:
+        async def _close():
+            await self.source.close()
+            await self.server.close()
+
+        try:
+            self._thread.run(_close(), 10)
+        finally:
+            self._thread.stop()
+
+
+class WorkerBroadcastEndpoint:
+    def __init__(
+        self, node_id: str, control_address: tuple[str, int], public_key: bytes, *, link: LinkProfile | dict | None = None,
+        bind_host: str = "127.0.0.1", advertise_host: str | None = None, stall_timeout_s: float = 3.0,
+    ) -> None:
+        self.node_id = node_id
+        link = link if isinstance(link, LinkProfile) else LinkProfile(**(link or {}))
+        self._thread = _LoopThread(f"echo2-broadcast-{node_id}")
+        self._cond = threading.Condition()
+        self._installed: dict[int, dict] = {}
+        self._failed: dict[int, str] = {}
+        self.node = BroadcastNode(
+            node_id, link=link, public_key=public_key_from_bytes(public_key), control=None,
+            on_install=self._on_install, host=bind_host, advertise_host=advertise_host, stall_timeout_s=stall_timeout_s,
+        )
+        self.address = self._thread.run(self._start(tuple(control_address)))
+
+    async def _start(self, control_address: tuple[str, int]) -> tuple[str, int]:
+        self.client = await TcpControlClient.connect(*control_address, self._on_command)
+        self.node.control = self.client
+        peer = await self.node.start()
+        self.client.send({"op": "register", "host": self.node_id, "nodes": [asdict(peer)]})
+        self._runner = asyncio.ensure_future(self.client.run())
+        return peer.host, peer.port
+
+    def _on_command(self, message: dict) -> None:
+        if message["op"] == "assign":
+            task = asyncio.ensure_future(self.node.receive(message["version"], Peer(**message["parent"])))
+            task.add_done_callback(lambda t, v=message["version"]: self._receive_done(v, t))
+        elif message["op"] == "crash":
+            self.node.crash()
+
+    def _receive_done(self, version: int, task: asyncio.Task) -> None:
+        if task.cancelled() or task.exception() is None:
+            return
+        with self._cond:
+            self._failed[version] = str(task.exception())
+            self._cond.notify_all()
+
+    def _on_install(self, version: int, buffer, manifest) -> dict:
+        state_dict = state_dict_from_bytes(buffer)  # zero-copy views; the buffer lives as long as they do
+        with self._cond:
+            self._installed = {v: sd for v, sd in self._installed.items() if v > version}
+            self._installed[version] = state_dict
+            self._cond.notify_all()
+        return {"tensors": len(state_dict)}
+
+    def wait_installed(self, version: int, timeout_s: float = 600.0) -> tuple[int, dict]:
+        """(version, state dict) of ``version`` or a newer one, once this node has verified all of it."""
+        deadline = time.monotonic() + timeout_s
+        with self._cond:
+            while True:
+                newest = max((v for v in self._installed if v >= version), default=None)
+                if newest is not None:
+                    return newest, self._installed[newest]
+                if version in self._failed:
+                    raise BroadcastError(self._failed[version])
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise TimeoutError(f"{self.node_id}: version {version} not installed within {timeout_s} s")
+                self._cond.wait(remaining)
+
+    def close(self) -> None:
+        async def _close():
+            await self.node.close()
+            self.client.writer.close()
+            self._runner.cancel()
+
+        try:
+            self._thread.run(_close(), 10)
+        finally:
+            self._thread.stop()
+
+
+class BroadcastReceiverMixin:
+    """Actor methods for receiving snapshots; the class must define ``install(state_dict, version)``."""
+
+    _broadcast_endpoint: WorkerBroadcastEndpoint | None = None
+
+    def broadcast_start(self, node_id: str, control_address: tuple[str, int], public_key: bytes,
+                        link: dict | None = None, bind_host: str = "127.0.0.1",
+                        advertise_host: str | None = None) -> tuple[str, int]:
+        """Start this worker's node (once); returns the address its children dial. Binding 0.0.0.0
+        without an ``advertise_host`` advertises Ray's idea of this node's IP."""
+        if bind_host == "0.0.0.0" and advertise_host is None:
+            import ray  # only in this case: the endpoint itself does not need Ray
+
+            advertise_host = ray.util.get_node_ip_address()
+        if self._broadcast_endpoint is None:
+            self._broadcast_endpoint = WorkerBroadcastEndpoint(
+                node_id, control_address, public_key, link=link, bind_host=bind_host, advertise_host=advertise_host,
+            )
+        return self._broadcast_endpoint.address
+
+    def broadcast_receive(self, version: int, timeout_s: float = 600.0) -> int:
+        """Block (on the control thread) until ``version`` or newer arrived verified; install it."""
+        if self._broadcast_endpoint is None:
+            raise RuntimeError("broadcast_receive before broadcast_start: the transport must start the node first")
+        installed, state_dict = self._broadcast_endpoint.wait_installed(version, timeout_s)
+        return self.install(state_dict, installed)
+
+    def broadcast_close(self) -> None:
+        if self._broadcast_endpoint is not None:
+            self._broadcast_endpoint.close()
+            self._broadcast_endpoint = None

@@ -1,0 +1,87 @@
+"""Peer-assisted broadcast as a ``SnapshotTransport`` for the Ray rollout pool.
+
+Ray only starts things and carries the completion handles: the snapshot bytes go worker to worker
+over the nodes' own TCP sockets, and repair/join decisions go over the broadcast control channel.
+
+Wiring (two small edits, see the report):
+  * ``class RolloutWorker(BroadcastReceiverMixin)`` (from ``endpoints``, which does not import the
+    pool, so worker.py can use it without a cycle) — gives the actor ``broadcast_start`` /
+    ``broadcast_receive`` / ``broadcast_close``;
+  * ``RolloutPool(..., transport=P2PSnapshotTransport(topology="chain", uplink_mbps=..., worker_mbps=...))``.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Sequence
+
+import ray
+
+from echo2_sdk.runtime.broadcast.endpoints import BroadcastReceiverMixin, LearnerBroadcaster
+
+__all__ = ["BroadcastReceiverMixin", "P2PSnapshotTransport"]
+from echo2_sdk.runtime.pool import CONTROL, SnapshotTransport
+
+
+class P2PSnapshotTransport(SnapshotTransport):
+    """``publish`` serializes the weights, starts the striped-chain broadcast and returns one Ray
+    handle per worker that completes when that worker has installed the version."""
+
+    def __init__(self, *, topology: str = "chain", uplink_mbps: float | None = None,
+                 worker_mbps: float | None = None, latency_ms: float = 0.0, chunk_kb: int | None = None,
+                 bind_host: str = "127.0.0.1", advertise_host: str | None = None,
+                 worker_bind_host: str = "127.0.0.1", receive_timeout_s: float = 600.0,
+                 emulate_worker_links: bool = False) -> None:
+        """``emulate_worker_links`` shapes every worker's node at ``worker_mbps`` (single-machine
+        experiments); on real WAN workers leave it off and let the network do the limiting."""
+        self.broadcaster = LearnerBroadcaster(
+            topology=topology, uplink_mbps=uplink_mbps, worker_mbps=worker_mbps, latency_ms=latency_ms,
+            chunk_kb=chunk_kb, bind_host=bind_host, advertise_host=advertise_host,
+        )
+        self.worker_link = (
+            {"uplink_mbps": worker_mbps, "downlink_mbps": worker_mbps, "latency_ms": latency_ms}
+            if emulate_worker_links else {}
+        )
+        self.worker_bind_host = worker_bind_host
+        self.receive_timeout_s = receive_timeout_s
+        self._ids: dict[Any, str] = {}
+        self.last_publish: dict = {}
+
+    def _node_id(self, actor: Any) -> str:
+        key = actor._actor_id.hex() if hasattr(actor, "_actor_id") else id(actor)
+        if key not in self._ids:
+            self._ids[key] = f"w{len(self._ids)}"
+        return self._ids[key]
+
+    def _ensure_started(self, workers: Sequence[Any]) -> list[str]:
+        ids = [self._node_id(w) for w in workers]
+        new = [(w, i) for w, i in zip(workers, ids) if i not in self.broadcaster.registered()]
+        if new:
+            ray.get([
+                w.broadcast_start.options(concurrency_group=CONTROL).remote(
+                    i, self.broadcaster.control_address, self.broadcaster.public_key, self.worker_link,
+                    self.worker_bind_host,
+                )
+                for w, i in new
+            ])
+            self.broadcaster.wait_registered(ids)
+        return ids
+
+    def publish(self, state_dict: dict, version: int, workers: Sequence[Any]) -> list[Any]:
+        t0 = time.monotonic()
+        ids = self._ensure_started(workers)
+        self.broadcaster.publish(state_dict, version, ids)
+        self.last_publish = {"version": version, "workers": ids, "publish_call_s": time.monotonic() - t0}
+        return [
+            w.broadcast_receive.options(concurrency_group=CONTROL).remote(version, self.receive_timeout_s)
+            for w in workers
+        ]
+
+    def wait(self, version: int, timeout_s: float = 600.0) -> dict:
+        """Install times, failures and repairs of ``version`` (for logging T_bcast)."""
+        return self.broadcaster.wait(version, timeout_s)
+
+    def close(self, workers: Sequence[Any] = ()) -> None:
+        if workers:
+            ray.get([w.broadcast_close.options(concurrency_group=CONTROL).remote() for w in workers])
+        self.broadcaster.close()

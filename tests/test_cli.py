@@ -1,0 +1,50 @@
+import json
+import subprocess
+import sys
+
+import pytest
+
+from echo2_sdk.cli import main
+
+
+def test_help_lists_subcommands(capsys):
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    out = capsys.readouterr().out
+    for sub in ("train", "config", "tasks"):
+        assert sub in out
+
+
+def test_train_help_documents_every_flag(capsys):
+    with pytest.raises(SystemExit):
+        main(["train", "--help"])
+    out = capsys.readouterr().out
+    for flag in ("--config", "--task", "--set", "--run-dir", "--resume", "--ray-address"):
+        assert flag in out
+
+
+def test_config_prints_resolved_values(capsys):
+    assert main(["config", "--config", "examples/quickstart.yaml", "--set", "train.steps=3", "--json"]) == 0
+    cfg = json.loads(capsys.readouterr().out)
+    assert cfg["train"]["steps"] == 3 and cfg["task"]["name"] == "arith"
+
+
+def test_config_errors_exit_2_with_the_fix(capsys):
+    assert main(["config", "--set", "rollout.samples_per_promt=4"]) == 2
+    err = capsys.readouterr().err
+    assert "Did you mean 'rollout.samples_per_prompt'" in err
+    assert main(["config", "--task", "arithh"]) == 2
+    assert "Did you mean 'arith'" in capsys.readouterr().err
+
+
+def test_tasks_lists_builtins(capsys):
+    assert main(["tasks"]) == 0
+    out = capsys.readouterr().out
+    assert "arith" in out and "aime24" in out
+
+
+def test_aime24_on_cpu_stops_at_once_pointing_to_the_quickstart():
+    proc = subprocess.run([sys.executable, "-m", "echo2_sdk.cli", "train", "--task", "aime24"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    assert "needs 1 GPU" in proc.stderr and "examples/quickstart.yaml" in proc.stderr
