@@ -104,6 +104,8 @@ class RolloutConfig:
     """Completions longer than this score 0 without calling the reward."""
     threads_per_worker: int = 1
     """torch threads in each worker process."""
+    gpus_per_worker: float = 0.0
+    """GPUs each worker actor reserves through Ray (0: the worker generates on CPU)."""
 
 
 @dataclass(frozen=True)

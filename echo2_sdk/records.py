@@ -106,6 +106,7 @@ class RolloutGroup:
 
 # Reasons are short stable identifiers so they can be counted and plotted.
 REJECT_REASONS = (
+    "malformed",
     "missing_field",
     "empty_completion",
     "length_mismatch",
@@ -195,3 +196,53 @@ def validate_group(
 def count_reasons(reasons: Iterable[str | None]) -> Counter:
     """Count rejection codes (the part before ':') of non-None reasons."""
     return Counter(r.split(":", 1)[0] for r in reasons if r is not None)
+
+
+# ----- wire format ------------------------------------------------------------------------------
+# Groups travel from workers to the learner as plain builtins (dict / list / str / int / float):
+# serializers handle those on their fast path (Ray's pickler calls back into Python for every
+# custom object), and the format can move to JSON or msgpack unchanged when workers are untrusted.
+
+def group_to_wire(group: RolloutGroup) -> dict:
+    return {
+        "prompt_key": group.prompt_key,
+        "version": group.version,
+        "worker_id": group.worker_id,
+        "t_generated": group.t_generated,
+        "rollouts": [
+            {
+                "x": list(r.prompt_ids),
+                "y": list(r.completion_ids),
+                "r": r.reward,
+                "v": r.version,
+                "mask": list(r.omega.loss_mask),
+                "group": r.omega.group,
+                "logprobs": list(r.sampler_logprobs),
+                "key": r.prompt_key,
+                "meta": dict(r.meta),
+            }
+            for r in group.rollouts
+        ],
+    }
+
+
+def group_from_wire(data: Any) -> RolloutGroup:
+    """Rebuild a group from :func:`group_to_wire` output; ValueError says what is malformed."""
+    try:
+        rollouts = tuple(
+            Rollout(
+                prompt_ids=r["x"],
+                completion_ids=r["y"],
+                reward=r["r"],
+                version=r["v"],
+                omega=Omega(tuple(r["mask"]), r["group"]),
+                sampler_logprobs=r["logprobs"],
+                prompt_key=r["key"],
+                meta=r.get("meta", {}),
+            )
+            for r in data["rollouts"]
+        )
+        return RolloutGroup(data["prompt_key"], data["version"], rollouts,
+                            worker_id=data.get("worker_id", ""), t_generated=data.get("t_generated", 0.0))
+    except (KeyError, TypeError, AttributeError) as exc:
+        raise ValueError(f"malformed group on the wire: {type(exc).__name__}: {exc}") from None

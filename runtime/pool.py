@@ -57,13 +57,16 @@ class RolloutPool:
         *,
         transport: SnapshotTransport | None = None,
         queue_depth: int = 2,
+        gpus_per_worker: float = 0.0,
     ) -> None:
         remote_cls = ray.remote(concurrency_groups={CONTROL: 1})(RolloutWorker)
         self.transport = transport or ObjectStoreTransport()
         self.queue_depth = queue_depth
         self.slots: list[WorkerSlot] = []
         for i, spec in enumerate(specs):
-            actor = remote_cls.options(num_cpus=0, name=None).remote(
+            # Workers reserve no CPU slot: light control calls must never wait for a free CPU.
+            # max_concurrency=2: one request generates while the previous one scores its rewards.
+            actor = remote_cls.options(num_cpus=0, num_gpus=gpus_per_worker, max_concurrency=2).remote(
                 spec["name"],
                 max_tokens_per_s=spec.get("max_tokens_per_s"),
                 **{**worker_kwargs, "seed": worker_kwargs["seed"] + 7919 * (i + 1)},
@@ -102,7 +105,7 @@ class RolloutPool:
                 slot.errors += 1
                 out.append((slot, exc))
                 continue
-            slot.samples += sum(len(g.rollouts) for g in result.groups)
+            slot.samples += sum(len(g["rollouts"]) for g in result.groups)
             slot.tokens += result.num_tokens
             slot.busy_s += result.t_generate_s + result.t_reward_s
             slot.throttle_s += result.t_throttle_s

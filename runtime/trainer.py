@@ -17,7 +17,7 @@ import ray
 import yaml
 
 from echo2_sdk.config import Echo2Config, resolve_kappa, to_dict
-from echo2_sdk.records import RecordLimits, RolloutGroup, validate_group
+from echo2_sdk.records import RecordLimits, RolloutGroup, group_from_wire, validate_group
 from echo2_sdk.registry import make_task
 from echo2_sdk.runtime import setup
 from echo2_sdk.runtime.batching import collate
@@ -72,7 +72,9 @@ class Trainer:
                 samples_per_prompt=r.samples_per_prompt, seed=cfg.train.seed, dtype=cfg.model.dtype,
                 threads=r.threads_per_worker, reward_timeout_s=r.reward_timeout_s,
                 max_answer_chars=r.max_answer_chars, backend=r.backend,
+                device="cuda" if r.gpus_per_worker > 0 else "cpu",
             ),
+            gpus_per_worker=r.gpus_per_worker,
         )
         if self.learner.version > 0:  # resumed: workers start from the restored weights
             ray.get(self.pool.publish(self.learner.state_dict_for_rollout(), self.learner.version))
@@ -122,7 +124,13 @@ class Trainer:
                 self.stats.reward_status[status] += n
             for v, t in result.installed.items():
                 self.stats.installs.append((slot.name, v, round(t - self.stats.t0_wall, 3)))
-            for group in result.groups:
+            for wire in result.groups:
+                try:
+                    group = group_from_wire(wire)
+                except ValueError:
+                    self.stats.rejected += 1
+                    self.stats.reject_reasons["malformed"] += 1
+                    continue
                 self._admit(group)
 
     def _admit(self, group: RolloutGroup) -> None:

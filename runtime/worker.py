@@ -1,13 +1,15 @@
 """Rollout worker: generates under its installed version v̂, scores rewards locally, returns groups.
 
-The class is plain Python (testable without Ray); the runtime wraps it with ``ray.remote``. It runs
-two concurrency groups: ``generate`` calls are served one at a time, while ``install`` runs on a
-control thread so that a snapshot is received the moment it is published and applied before the
-next generation batch starts.
+The class is plain Python (testable without Ray); the runtime wraps it with ``ray.remote``. ``install``
+runs on a control thread so that a snapshot is received the moment it is published and applied
+before the next generation batch starts. Two ``generate`` calls may run at once: the generation
+stage is serialized by a lock, while reward scoring (in the guard's subprocess) and record building
+of one call overlap with the generation of the next, so the sampler never waits for rewards.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from dataclasses import dataclass, field
@@ -17,7 +19,7 @@ import torch
 
 from echo2_sdk.adapter import Example
 from echo2_sdk.chat import chat_token_ids
-from echo2_sdk.records import Rollout, RolloutGroup
+from echo2_sdk.records import Rollout, RolloutGroup, group_to_wire
 from echo2_sdk.registry import make_task
 from echo2_sdk.rewards import RewardGuard
 from echo2_sdk.runtime.backends.base import SamplingParams
@@ -28,7 +30,8 @@ class GenerationResult:
     """What one ``generate`` call returns to the driver."""
 
     worker: str
-    groups: list[RolloutGroup]
+    groups: list[dict]
+    """Rollout groups in the wire format of ``echo2_sdk.records.group_to_wire``."""
     version: int
     num_tokens: int
     t_generate_s: float
@@ -56,6 +59,7 @@ class RolloutWorker:
         reward_timeout_s: float = 5.0,
         max_answer_chars: int = 4000,
         backend: str = "hf",
+        device: str = "cpu",
     ) -> None:
         torch.set_num_threads(threads)
         import transformers
@@ -70,10 +74,12 @@ class RolloutWorker:
         self.guard = RewardGuard(
             task_name, task_options, seed, timeout_s=reward_timeout_s, max_chars=max_answer_chars
         )
-        self.backend, self.tokenizer = _make_backend(backend, model_path, dtype)
+        self.backend, self.tokenizer = _make_backend(backend, model_path, dtype, device)
         self.version = 0
         self._lock = threading.Lock()
         self._pending: tuple[dict, int] | None = None
+        self._generate_lock = threading.Lock()
+        self._prompt_cache: dict[str, list[int]] = {}
         self._installed: dict[int, float] = {}
         self._calls = 0
 
@@ -99,28 +105,24 @@ class RolloutWorker:
     # ---- data plane --------------------------------------------------------------------------
     def generate(self, examples: Sequence[Example]) -> GenerationResult:
         """Generate n samples for each example under the installed version; score; build groups."""
-        self._apply_pending()
-        version = self.version
-        t0 = time.perf_counter()
-        prompts = [self._prompt_ids(ex) for ex in examples]
-        seed = None if self.sampling.seed is None else self.sampling.seed + self._calls
-        params = SamplingParams(
-            temperature=self.sampling.temperature,
-            top_p=self.sampling.top_p,
-            max_new_tokens=self.sampling.max_new_tokens,
-            seed=seed,
-        )
-        self._calls += 1
-        outputs = self.backend.generate(prompts, self.n, params)
-        t_gen = time.perf_counter() - t0
-        num_tokens = sum(len(c.token_ids) for outs in outputs for c in outs)
+        with self._generate_lock:
+            self._apply_pending()
+            version = self.version
+            t0 = time.perf_counter()
+            prompts = [self._prompt_ids(ex) for ex in examples]
+            seed = None if self.sampling.seed is None else self.sampling.seed + self._calls
+            self._calls += 1
+            params = dataclasses.replace(self.sampling, seed=seed)
+            outputs = self.backend.generate(prompts, self.n, params)
+            t_gen = time.perf_counter() - t0
+            # Decoding stays under the lock: HF tokenizers are not safe to share across threads.
+            flat = [c for outs in outputs for c in outs]
+            texts = self.tokenizer.batch_decode([list(c.token_ids) for c in flat], skip_special_tokens=True)
+        num_tokens = sum(len(c.token_ids) for c in flat)
 
         t1 = time.perf_counter()
-        texts = [
-            [self.tokenizer.decode(c.token_ids, skip_special_tokens=True) for c in outs] for outs in outputs
-        ]
-        items = [(ex, text) for ex, ts in zip(examples, texts) for text in ts]
-        results = self.guard.score_many(items)
+        owners = [ex for ex, outs in zip(examples, outputs) for _ in outs]
+        results = self.guard.score_many(list(zip(owners, texts)))
         t_reward = time.perf_counter() - t1
 
         groups, k = [], 0
@@ -143,9 +145,9 @@ class RolloutWorker:
                         meta={"worker": self.name, "finish": comp.finish_reason, "reward_status": res.status},
                     )
                 )
-            groups.append(
+            groups.append(group_to_wire(
                 RolloutGroup(ex.id, version, tuple(rollouts), worker_id=self.name, t_generated=time.time())
-            )
+            ))
         t_throttle = self._throttle(num_tokens, time.perf_counter() - t0)
         installed, self._installed = self._installed, {}
         return GenerationResult(
@@ -161,7 +163,11 @@ class RolloutWorker:
         )
 
     def _prompt_ids(self, example: Example) -> list[int]:
-        return chat_token_ids(self.tokenizer, self.adapter.build_messages(example))
+        # Rendering the chat template is slow next to a tiny model's generation; prompts repeat.
+        ids = self._prompt_cache.get(example.id)
+        if ids is None:
+            ids = self._prompt_cache[example.id] = chat_token_ids(self.tokenizer, self.adapter.build_messages(example))
+        return ids
 
     def _throttle(self, num_tokens: int, elapsed_s: float) -> float:
         """Simulated throughput cap: sleep so that tokens/elapsed ≤ max_tokens_per_s."""
@@ -180,13 +186,12 @@ class RolloutWorker:
         self.guard.close()
 
 
-def _make_backend(kind: str, model_path: str, dtype: str):
+def _make_backend(kind: str, model_path: str, dtype: str, device: str):
     from echo2_sdk.runtime.modeling import load_policy
 
     if kind == "hf":
         from echo2_sdk.runtime.backends.hf import HFBackend
 
-        model, tokenizer = load_policy(model_path, dtype=dtype, device="cpu")
-        model.eval()
-        return HFBackend(model, tokenizer), tokenizer
+        model, tokenizer = load_policy(model_path, dtype=dtype, device=device)
+        return HFBackend(model, tokenizer, device=device), tokenizer
     raise ValueError(f"rollout.backend={kind!r} is not available yet; use 'hf'")

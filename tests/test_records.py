@@ -65,3 +65,18 @@ def test_group_validation_counts_each_reason():
     assert len(accepted) == 1
     assert rejected == {"non_finite": 1, "version_mismatch": 1, "unknown_version": 1}
     assert validate_group("junk", newest_version=3) == ([], {"wrong_type": 1})
+
+
+def test_wire_round_trip_and_malformed_groups_are_named():
+    from echo2_sdk.records import group_from_wire, group_to_wire
+
+    g = RolloutGroup("p", 2, (rec(), rec(reward=0.0)), worker_id="w", t_generated=1.5)
+    wire = group_to_wire(g)
+    assert pickle.loads(pickle.dumps(wire)) == wire
+    back = group_from_wire(wire)
+    assert back == g
+    broken = dict(wire, rollouts=[{"x": [1]}])
+    with pytest.raises(ValueError, match="malformed group"):
+        group_from_wire(broken)
+    with pytest.raises(ValueError, match="malformed group"):
+        group_from_wire("junk")

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import logging
 import threading
 import time
 from dataclasses import asdict
@@ -25,6 +26,8 @@ from echo2_sdk.runtime.broadcast.node import BroadcastError, BroadcastNode, Peer
 from echo2_sdk.runtime.broadcast.shaping import LinkProfile
 from echo2_sdk.runtime.broadcast.snapshot import state_dict_from_bytes, state_dict_to_bytes
 from echo2_sdk.runtime.broadcast.topology import SOURCE, plan_broadcast
+
+log = logging.getLogger(__name__)
 
 
 class _LoopThread:
@@ -66,6 +69,7 @@ class LearnerBroadcaster:
         )
         self.server: ControlServer | None = None
         self.coordinator: Coordinator | None = None
+        self._publishing: dict[int, concurrent.futures.Future] = {}
         self._thread.run(self._start(bind_host, advertise_host, control_port))
 
     async def _start(self, bind_host: str, advertise_host: str | None, control_port: int) -> None:
@@ -91,7 +95,12 @@ class LearnerBroadcaster:
         The future resolves to the ``BroadcastRecord`` once every worker has been told its parent."""
         t_publish = time.monotonic()
         data = state_dict_to_bytes(state_dict)
-        return self._thread.submit(self._publish(data, version, list(worker_ids), t_publish))
+        future = self._thread.submit(self._publish(data, version, list(worker_ids), t_publish))
+        future.add_done_callback(lambda f: f.exception() and log.error("broadcast of version %d failed to start: %s",
+                                                                       version, f.exception()))
+        self._publishing = {v: f for v, f in self._publishing.items() if v > version - 8}
+        self._publishing[version] = future
+        return future
 
     async def _publish(self, data: bytes, version: int, worker_ids: list[str], t_publish: float) -> BroadcastRecord:
         plan = plan_broadcast(worker_ids, len(data), self.topology, uplink_mbps=self.uplink_mbps,
@@ -111,6 +120,9 @@ class LearnerBroadcaster:
 
     def wait(self, version: int, timeout_s: float = 600.0) -> dict:
         """Block until every live worker installed ``version`` (or gave up); install times in seconds."""
+        started = self._publishing.get(version)
+        if started is not None:
+            started.result(timeout_s)  # re-raises a failed start (e.g. an unknown worker)
         self._thread.run(self.coordinator.wait_settled(version, timeout_s), timeout_s + 5)
         record = self.coordinator.broadcasts[version]
         return {

@@ -9,7 +9,15 @@ code runs at full loopback speed.
 The bucket is a reservation clock rather than a polled token counter: each caller books
 ``nbytes / rate`` seconds after the previous booking and sleeps until its booking ends. Bookings are
 served in call order (fair across the streams of one uplink when they send equal slices), rounding
-never accumulates, and a caller may run at most ``burst_bytes`` (one slice) ahead of the link.
+never accumulates, and a caller may run at most ``burst_bytes`` ahead of the link.
+
+Where the bytes are in between matters. On a real host the sender's kernel buffers what the process
+wrote (Linux autotunes TCP send buffers up to 4 MB, ~0.3 s at 100 Mb/s) and the link drains it even
+while the process waits for a CPU; the receiver's kernel buffers arrivals likewise. So the uplink
+bucket lets a sender run ``SEND_BUFFER_S`` of link time ahead (its "socket buffer"), while the
+downlink bucket — which decides when bytes *arrive* — allows one slice only: a stream still never
+arrives faster than min(uplink, downlink), but a forwarder descheduled for less than the send
+buffer's worth no longer starves its child, as it would not on a real machine.
 
 Late wake-ups are not link time. On a real host the kernel keeps a link busy from the socket
 buffers while the sending process waits for a CPU; here the "wire" is in user space, so a sleeper
@@ -30,6 +38,7 @@ from dataclasses import dataclass
 
 MBPS = 1_000_000 / 8  # bytes per second in one megabit per second
 MAX_CATCH_UP_S = 0.25
+SEND_BUFFER_S = 0.25
 
 
 class TokenBucket:
@@ -96,16 +105,16 @@ class LinkProfile:
         return cls(mbps, mbps, latency_ms)
 
     def uplink_bucket(self, slice_bytes: int) -> TokenBucket:
-        return _bucket(self.uplink_mbps, slice_bytes)
+        if self.uplink_mbps is None:
+            return TokenBucket(None)
+        rate = self.uplink_mbps * MBPS
+        return TokenBucket(rate, burst_bytes=max(slice_bytes, int(rate * SEND_BUFFER_S)))
 
     def downlink_bucket(self, slice_bytes: int) -> TokenBucket:
-        return _bucket(self.downlink_mbps, slice_bytes)
+        if self.downlink_mbps is None:
+            return TokenBucket(None)
+        return TokenBucket(self.downlink_mbps * MBPS, burst_bytes=slice_bytes)
 
     def to_dict(self) -> dict:
         return {"uplink_mbps": self.uplink_mbps, "downlink_mbps": self.downlink_mbps, "latency_ms": self.latency_ms}
 
-
-def _bucket(mbps: float | None, slice_bytes: int) -> TokenBucket:
-    if mbps is None:
-        return TokenBucket(None)
-    return TokenBucket(mbps * MBPS, burst_bytes=slice_bytes)
