@@ -120,6 +120,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_plan_parser(sub)
     add_simulate_parser(sub)
+
+    from echo2_sdk.runtime.broadcast.cli import add_bench_broadcast_parser
+
+    bench = sub.add_parser("bench", help="benchmarks (broadcast: peer-assisted snapshot broadcast on loopback)")
+    add_bench_broadcast_parser(bench.add_subparsers(dest="bench", metavar="BENCHMARK", required=True))
     return parser
 
 

@@ -43,7 +43,8 @@ class WorkerSlot:
     inflight: list[Any] = field(default_factory=list)
     samples: int = 0
     tokens: int = 0
-    busy_s: float = 0.0
+    generate_s: float = 0.0
+    reward_s: float = 0.0
     throttle_s: float = 0.0
     errors: int = 0
     version: int = 0
@@ -107,7 +108,8 @@ class RolloutPool:
                 continue
             slot.samples += sum(len(g["rollouts"]) for g in result.groups)
             slot.tokens += result.num_tokens
-            slot.busy_s += result.t_generate_s + result.t_reward_s
+            slot.generate_s += result.t_generate_s
+            slot.reward_s += result.t_reward_s
             slot.throttle_s += result.t_throttle_s
             slot.version = result.version
             out.append((slot, result))
@@ -125,9 +127,11 @@ class RolloutPool:
                 "usd_per_hour": s.spec.get("usd_per_hour", 0.0),
                 "samples": s.samples,
                 "tokens": s.tokens,
-                "busy_s": round(s.busy_s, 3),
+                "generate_s": round(s.generate_s, 3),
+                "reward_s": round(s.reward_s, 3),
                 "throttle_s": round(s.throttle_s, 3),
-                "tokens_per_busy_s": round(s.tokens / s.busy_s, 1) if s.busy_s else None,
+                # Reward scoring overlaps the next generation, so generation time is the capacity.
+                "tokens_per_generate_s": round(s.tokens / s.generate_s, 1) if s.generate_s else None,
                 "errors": s.errors,
                 "last_version": s.version,
             }

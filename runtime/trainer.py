@@ -224,7 +224,8 @@ class Trainer:
             temperature=t.eval_temperature, top_p=1.0,
             max_new_tokens=t.eval_max_new_tokens or self.cfg.rollout.max_new_tokens, seed=t.seed,
         )
-        backend = HFBackend(self.learner.model, self.tokenizer, device=self.learner.device)
+        backend = HFBackend(self.learner.model, self.tokenizer, device=self.learner.device,
+                            version=self.learner.version)
         result = evaluate(self.adapter, backend, self.tokenizer, split="eval", k=t.eval_samples,
                           params=params, limit=t.eval_max_examples)
         self.learner.model.eval()

@@ -11,7 +11,7 @@ def test_help_lists_subcommands(capsys):
     with pytest.raises(SystemExit):
         main(["--help"])
     out = capsys.readouterr().out
-    for sub in ("train", "config", "tasks"):
+    for sub in ("train", "config", "tasks", "plan", "simulate", "bench"):
         assert sub in out
 
 
