@@ -48,6 +48,8 @@ class WorkerSlot:
     throttle_s: float = 0.0
     errors: int = 0
     version: int = 0
+    dead: bool = False
+    """The actor process is gone (crashed or killed); the pool stops sending it work."""
 
 
 class RolloutPool:
@@ -80,6 +82,10 @@ class RolloutPool:
     def actors(self) -> list[Any]:
         return [s.actor for s in self.slots]
 
+    @property
+    def live_slots(self) -> list[WorkerSlot]:
+        return [s for s in self.slots if not s.dead]
+
     def submit(self, slot: WorkerSlot, examples: list[Example]) -> None:
         ref = slot.actor.generate.remote(examples)
         slot.inflight.append(ref)
@@ -104,6 +110,7 @@ class RolloutPool:
                 result = ray.get(ref)
             except Exception as exc:  # a crashed request is data: count it and go on
                 slot.errors += 1
+                slot.dead = slot.dead or isinstance(exc, ray.exceptions.RayActorError)
                 out.append((slot, exc))
                 continue
             slot.samples += sum(len(g["rollouts"]) for g in result.groups)
@@ -133,6 +140,7 @@ class RolloutPool:
                 # Reward scoring overlaps the next generation, so generation time is the capacity.
                 "tokens_per_generate_s": round(s.tokens / s.generate_s, 1) if s.generate_s else None,
                 "errors": s.errors,
+                "dead": s.dead,
                 "last_version": s.version,
             }
             for s in self.slots

@@ -110,14 +110,17 @@ class Trainer:
 
     # ------------------------------------------------------------------------------------------
     def _fill(self, slot) -> None:
-        while len(slot.inflight) < self.pool.queue_depth:
+        while not slot.dead and len(slot.inflight) < self.pool.queue_depth:
             self.pool.submit(slot, self.stream.take(self.cfg.rollout.prompts_per_request))
 
     def _ingest(self, results) -> None:
         for slot, result in results:
             if isinstance(result, Exception):
                 self.stats.worker_errors += 1
-                self.log(f"worker {slot.name} request failed ({type(result).__name__}: {result}); continuing")
+                what = "died; no more work goes to it" if slot.dead else "request failed; continuing"
+                self.log(f"worker {slot.name} {what} ({type(result).__name__}: {str(result)[:300]})")
+                if not self.pool.live_slots:
+                    raise RuntimeError("every rollout worker has died; see the errors above") from result
                 continue
             self.stats.tokens += result.num_tokens
             for status, n in result.reward_status.items():
@@ -169,7 +172,8 @@ class Trainer:
             while self.buffer.num_admissible(self.learner.version) < P:
                 missing = P - len(self.buffer)
                 for i in range(0, missing, self.cfg.rollout.prompts_per_request):
-                    slot = self.pool.slots[(i // self.cfg.rollout.prompts_per_request) % len(self.pool.slots)]
+                    live = self.pool.live_slots
+                    slot = live[(i // self.cfg.rollout.prompts_per_request) % len(live)]
                     self.pool.submit(slot, self.stream.take(min(self.cfg.rollout.prompts_per_request, missing - i)))
                 while self.pool.pending():
                     self._collect(0.5)

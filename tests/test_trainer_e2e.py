@@ -91,3 +91,20 @@ def test_resume_continues_from_the_latest_checkpoint(tmp_path, ray_cluster):
     assert [r["step"] for r in rows] == [1, 2, 3, 4]
     assert [r["version"] for r in rows] == [1, 2, 3, 4]
     assert summary["steps"] == 4 and summary["version"] == 4
+
+
+def test_a_dead_worker_is_counted_and_the_run_goes_on(tmp_path, ray_cluster):
+    import ray
+
+    from echo2_sdk.runtime.trainer import Trainer
+
+    logs = []
+    cfg = load_config(None, TINY_RUN)
+    trainer = Trainer(cfg, str(tmp_path / "dead"), log=logs.append)
+    ray.kill(trainer.pool.slots[0].actor)
+    summary = trainer.fit()
+    assert summary["steps"] == 4
+    dead = {w["name"]: w["dead"] for w in summary["workers"]}
+    assert dead == {"worker0": True, "worker1": False}
+    assert summary["worker_errors"] >= 1
+    assert any("worker0 died" in line for line in logs)
