@@ -154,7 +154,7 @@ def summarize(trainer, rows: list[dict[str, Any]]) -> dict[str, Any]:
         "rollout_tokens": s.tokens,
         "snapshots_published": s.publishes,
         "first_rollout_s_by_version": {str(k): round(v, 3) for k, v in sorted(s.first_rollout.items())},
-        "workers": trainer.pool.worker_report() if trainer.pool.slots else getattr(trainer, "_worker_report", []),
+        "workers": trainer._worker_report,
         "base_model": trainer.base_path,
         "config": to_dict(trainer.cfg),
     }

@@ -99,13 +99,13 @@ class Trainer:
             self.pool.shutdown()
             if self.owns_ray:
                 ray.shutdown()
-        summary = summarize(self, self.run.read_metrics())
-        self.run.write_summary(summary)
+        rows = self.run.read_metrics()
+        summary = summarize(self, rows)
         if cfg.train.plots:
             from echo2_sdk.runtime.plots import write_plots
 
-            summary["plots"] = write_plots(self.run.read_metrics(), self.stats.staleness_counts, self.run.path)
-            self.run.write_summary(summary)
+            summary["plots"] = write_plots(rows, self.stats.staleness_counts, self.run.path)
+        self.run.write_summary(summary)
         return summary
 
     # ------------------------------------------------------------------------------------------

@@ -118,7 +118,10 @@ class RolloutWorker:
             # Decoding stays under the lock: HF tokenizers are not safe to share across threads.
             flat = [c for outs in outputs for c in outs]
             texts = self.tokenizer.batch_decode([list(c.token_ids) for c in flat], skip_special_tokens=True)
-        num_tokens = sum(len(c.token_ids) for c in flat)
+            num_tokens = sum(len(c.token_ids) for c in flat)
+            # The cap models a slower generator, so it holds the generation stage (not scoring).
+            t_throttle = self._throttle(num_tokens, time.perf_counter() - t0)
+            installed, self._installed = self._installed, {}
 
         t1 = time.perf_counter()
         owners = [ex for ex, outs in zip(examples, outputs) for _ in outs]
@@ -148,8 +151,6 @@ class RolloutWorker:
             groups.append(group_to_wire(
                 RolloutGroup(ex.id, version, tuple(rollouts), worker_id=self.name, t_generated=time.time())
             ))
-        t_throttle = self._throttle(num_tokens, time.perf_counter() - t0)
-        installed, self._installed = self._installed, {}
         return GenerationResult(
             worker=self.name,
             groups=groups,
