@@ -8,6 +8,7 @@ samples.
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -17,6 +18,13 @@ from echo2_sdk.config_loader import (  # re-exported: the public config API live
     build_dataclass,
     load_yaml,
     to_dict,
+)
+from echo2_sdk.scheduler_config import (
+    PoolSchedulerConfig,
+    check_unique,
+    load_pool_file,
+    reject_old_spellings,
+    validate_pool,
 )
 
 __all__ = ["Echo2Config", "ConfigError", "build_dataclass", "load_config", "to_dict", "resolve_kappa"]
@@ -74,10 +82,27 @@ class WorkerSpec:
     """Worker name (shown in metrics and logs)."""
     max_tokens_per_s: float | None = None
     """Simulated throughput cap in generated tokens per second (None = as fast as the hardware)."""
-    usd_per_hour: float = 0.0
-    """Simulated price, reported in the run summary."""
+    usd_per_hour: float | None = None
+    """c_i: what the worker costs, US dollars per hour (None: ``scheduler.prices[gpu]``, or 0 with the scheduler off)."""
     gpu: str = "cpu"
-    """Device class label (reported)."""
+    """Device class label (reported; the price-table key when ``usd_per_hour`` is None)."""
+    rollouts_per_s: float | None = None
+    """μ_i prior: samples per second the worker is expected to deliver (None: estimated from
+    ``max_tokens_per_s`` / ``rollout.max_new_tokens``); the scheduler replaces it with measurements."""
+    uplink_mbps: float | None = None
+    """Upload bandwidth in Mbit/s (reported; as in ``echo2 plan`` pool files)."""
+    downlink_mbps: float | None = None
+    """Download bandwidth in Mbit/s (reported; as in ``echo2 plan`` pool files)."""
+
+    def __post_init__(self) -> None:
+        if not self.name:
+            raise ConfigError("rollout.workers: a worker name must be a non-empty string")
+        for key, minimum in (("max_tokens_per_s", "> 0"), ("usd_per_hour", "≥ 0"), ("rollouts_per_s", "≥ 0"),
+                             ("uplink_mbps", "> 0"), ("downlink_mbps", "> 0")):
+            value = getattr(self, key)
+            ok = value is None or (value > 0 if minimum == "> 0" else value >= 0) and math.isfinite(value)
+            if not ok:
+                raise ConfigError(f"worker {self.name!r}: {key}={value!r} must be a finite number {minimum} (or omitted)")
 
 
 @dataclass(frozen=True)
@@ -86,6 +111,9 @@ class RolloutConfig:
     """Rollout worker actors (ignored when ``workers`` lists them one by one)."""
     workers: tuple[WorkerSpec, ...] = ()
     """Optional per-worker specs (simulated throughput caps and prices) for heterogeneous pools."""
+    pool_file: str | None = None
+    """A YAML list of worker entries (the keys of ``workers``; ``echo2 plan`` pool files work as they
+    are), used instead of ``workers``."""
     samples_per_prompt: int = 8
     """n: samples generated per prompt; one group = n samples of one prompt under one version."""
     prompts_per_request: int = 4
@@ -159,6 +187,43 @@ class RuntimeConfig:
 
 
 @dataclass(frozen=True)
+class BroadcastConfig:
+    transport: Literal["p2p", "object_store"] = "p2p"
+    """``p2p``: snapshots travel worker to worker over TCP (striped pipelined chains, signed and
+    hash-checked chunks); ``object_store``: one ``ray.put`` that every worker pulls (single machine only)."""
+    topology: Literal["chain", "star", "star-unlimited"] = "chain"
+    """``chain``: stripes of the learner's uplink feed chains of workers that forward each chunk at once;
+    ``star``: the learner sends to every worker itself (the NoP2P ablation); ``star-unlimited``: star
+    without the uplink limit (the ideal reference)."""
+    uplink_mbps: float | None = None
+    """B0, the learner's uplink in Mbit/s; plans the stripes and is enforced by a token bucket (null: unshaped)."""
+    worker_mbps: float | None = None
+    """Bw, each worker's link in Mbit/s; plans the chains (and shapes worker links if ``emulate_links``)."""
+    latency_ms: float = 0.0
+    """Emulated one-way latency per hop, in milliseconds (0 on a real network)."""
+    emulate_links: bool = False
+    """Shape every worker's uplink and downlink at ``worker_mbps`` on loopback (single-machine experiments)."""
+    chunk_kb: int | None = None
+    """Chunk size in KiB (null: chosen from the link rates so that pipeline fill stays small)."""
+    gamma: float = 1.1
+    """T_bcast is the time until a fraction q = 1/γ of the active workers installed the snapshot."""
+    bind_host: str = "127.0.0.1"
+    """Address the learner and workers listen on; use ``0.0.0.0`` across machines."""
+    advertise_host: str | None = None
+    """Address workers dial to reach the learner (null: ``bind_host``, or this node's IP when binding 0.0.0.0)."""
+    receive_timeout_s: float = 600.0
+    """A worker gives up on a snapshot version it has not fully received after this long."""
+
+    def __post_init__(self) -> None:
+        if self.gamma < 1.0:
+            raise ConfigError(f"broadcast.gamma={self.gamma} must be ≥ 1 (q = 1/γ is a fraction of workers); the paper uses 1.1")
+        for name in ("uplink_mbps", "worker_mbps"):
+            value = getattr(self, name)
+            if value is not None and value <= 0:
+                raise ConfigError(f"broadcast.{name}={value} must be > 0 Mbit/s, or null for an unshaped link")
+
+
+@dataclass(frozen=True)
 class TrainConfig:
     steps: int = 100
     """Learner steps (each = ``algo.num_minibatches`` optimizer updates; the version +1 per step)."""
@@ -194,8 +259,12 @@ class Echo2Config:
     """Learning plane: loss and optimizer."""
     runtime: RuntimeConfig = field(default_factory=RuntimeConfig)
     """Async/sync runtime, staleness, Ray."""
+    broadcast: BroadcastConfig = field(default_factory=BroadcastConfig)
+    """How snapshots reach the rollout workers."""
     train: TrainConfig = field(default_factory=TrainConfig)
     """Steps, batch sizes, checkpoints, evaluation."""
+    scheduler: PoolSchedulerConfig = field(default_factory=PoolSchedulerConfig)
+    """Cost-aware pool: closed-loop activation of ``rollout.workers`` and dollar accounting (off by default)."""
 
     def __post_init__(self) -> None:
         if self.runtime.mode == "async":
@@ -209,6 +278,10 @@ class Echo2Config:
         ):
             if value < 1:
                 raise ConfigError(f"{name} must be ≥ 1, got {value}")
+        if self.rollout.workers and self.rollout.pool_file:
+            raise ConfigError(f"rollout.workers and rollout.pool_file={self.rollout.pool_file!r} are both set; "
+                              "list the workers in one of them")
+        check_unique([w.name for w in self.rollout.workers], "rollout.workers")
         if not self.rollout.workers and self.rollout.num_workers < 1:
             raise ConfigError(f"rollout.num_workers must be ≥ 1, got {self.rollout.num_workers}")
         samples = self.train.prompts_per_step * self.rollout.samples_per_prompt
@@ -250,9 +323,21 @@ def load_config(path: str | None = None, overrides: list[str] | tuple[str, ...] 
     """
     data = load_yaml(path) if path else {}
     apply_overrides(data, list(overrides))
+    reject_old_spellings(data)
     cfg = build_dataclass(Echo2Config, data)
     validate_task_options(cfg)
+    validate_pool(cfg)
     return cfg
+
+
+def resolve_workers(cfg: Echo2Config) -> tuple[WorkerSpec, ...]:
+    """The rollout workers: ``rollout.workers``, the entries of ``rollout.pool_file``, or
+    ``rollout.num_workers`` unnamed ones (``worker0``, ``worker1``, …)."""
+    if cfg.rollout.workers:
+        return cfg.rollout.workers
+    if cfg.rollout.pool_file:
+        return load_pool_file(cfg.rollout.pool_file)
+    return tuple(WorkerSpec(f"worker{i}") for i in range(cfg.rollout.num_workers))
 
 
 def validate_task_options(cfg: Echo2Config) -> None:

@@ -62,19 +62,5 @@ def sequence_logprobs(
     return torch.where(target_is_real, logprobs, torch.zeros_like(logprobs))
 
 
-def token_logprobs(
-    model: torch.nn.Module,
-    input_ids: torch.Tensor,
-    attention_mask: torch.Tensor,
-    temperature: float = 1.0,
-) -> torch.Tensor:
-    """The learner's name for `sequence_logprobs`: [B, T] ids/mask -> [B, T-1] float32 log-probs.
-
-    Target-aligned (out[b, j] scores input_ids[b, j+1]); gradients flow. Shared with the sampler
-    so learner-side old/ref log-probs and sampler log-probs are computed identically.
-    """
-    return sequence_logprobs(model, input_ids, attention_mask, temperature)
-
-
 # The learner imports the function under this name; both names are the one implementation.
 token_logprobs = sequence_logprobs

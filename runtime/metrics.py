@@ -34,6 +34,12 @@ class RunStats:
     first_rollout: dict = field(default_factory=dict)
     """version → seconds since start at which its first group reached the learner."""
     installs: list = field(default_factory=list)
+    publish_s: dict = field(default_factory=dict)
+    """version → seconds since start at which it was published."""
+    publish_wall: dict = field(default_factory=dict)
+    """version → wall-clock time (time.time()) of its publish."""
+    deliveries: list = field(default_factory=list)
+    """One record per published version: T_bcast (q = 1/γ), time to all, per-worker install times."""
     """(worker, version, seconds since start) of every snapshot install."""
     prompts_trained: set = field(default_factory=set)
     evals: dict = field(default_factory=dict)
@@ -90,18 +96,22 @@ class RunStats:
         for k in ("reject_reasons", "reward_status", "staleness_counts", "dropped_by_worker"):
             d[k] = {str(a): b for a, b in d[k].items()}
         d["first_rollout"] = {str(a): b for a, b in self.first_rollout.items()}
+        d["publish_s"] = {str(a): b for a, b in self.publish_s.items()}
+        d["publish_wall"] = {str(a): b for a, b in self.publish_wall.items()}
         return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "RunStats":
         s = cls(**{k: v for k, v in d.items() if k not in (
-            "reject_reasons", "reward_status", "staleness_counts", "prompts_trained", "first_rollout",
+            "reject_reasons", "reward_status", "staleness_counts", "prompts_trained", "first_rollout", "publish_s", "publish_wall",
             "dropped_by_worker")})
         s.dropped_by_worker = Counter(d.get("dropped_by_worker", {}))
         s.reject_reasons = Counter(d.get("reject_reasons", {}))
         s.reward_status = Counter(d.get("reward_status", {}))
         s.staleness_counts = Counter({int(k): v for k, v in d.get("staleness_counts", {}).items()})
         s.first_rollout = {int(k): v for k, v in d.get("first_rollout", {}).items()}
+        s.publish_s = {int(k): v for k, v in d.get("publish_s", {}).items()}
+        s.publish_wall = {int(k): v for k, v in d.get("publish_wall", {}).items()}
         s.prompts_trained = set(d.get("prompts_trained", []))
         s.installs = [tuple(x) for x in s.installs]
         return s
@@ -113,6 +123,7 @@ def progress_line(row: dict[str, Any], total_steps: int) -> str:
         f"stale max {row['staleness_max']} mean {row['staleness_mean']:.2f} | "
         f"bubble {100 * row['bubble_ratio']:4.1f}% | {row['rollout_tokens_per_s']:7.0f} tok/s | "
         f"train {row['t_train_s']:.2f}s | {row['wall_s']:6.1f}s"
+        + (f" | ${row['cost_usd']:.4f} ({row['pool_active_workers']} workers)" if "cost_usd" in row else "")
     )
 
 
@@ -157,4 +168,6 @@ def summarize(trainer, rows: list[dict[str, Any]]) -> dict[str, Any]:
         "workers": trainer._worker_report,
         "base_model": trainer.base_path,
         "config": to_dict(trainer.cfg),
+        # cost-aware pool (scheduler.enabled): dollars, $ per sample / reward point, decisions in brief
+        **({"pool": trainer.controller.summary()} if getattr(trainer, "controller", None) is not None else {}),
     }

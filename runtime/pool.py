@@ -7,6 +7,7 @@ the learner trains. Snapshots travel through a ``SnapshotTransport``; here the R
 
 from __future__ import annotations
 
+import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, Sequence
@@ -23,14 +24,23 @@ class SnapshotTransport(ABC):
     """How a published snapshot reaches the workers. ``publish`` must not block the learner."""
 
     @abstractmethod
-    def publish(self, state_dict: dict, version: int, workers: Sequence[Any]) -> list[Any]:
+    def publish(self, state_dict: dict, version: int, workers: Sequence[Any],
+                names: Sequence[str] | None = None) -> list[Any]:
         """Start delivering ``state_dict`` as ``version``; return handles that complete on install."""
+
+    def progress(self, version: int, handles: Sequence[Any] = ()) -> dict | None:
+        """Install times measured by the transport itself, or None: the caller times the handles."""
+        return None
+
+    def close(self, workers: Sequence[Any] = ()) -> None:
+        """Release sockets and threads (called once, at pool shutdown)."""
 
 
 class ObjectStoreTransport(SnapshotTransport):
     """One ``ray.put`` per snapshot; each worker pulls it from the object store."""
 
-    def publish(self, state_dict: dict, version: int, workers: Sequence[Any]) -> list[Any]:
+    def publish(self, state_dict: dict, version: int, workers: Sequence[Any],
+                names: Sequence[str] | None = None) -> list[Any]:
         ref = ray.put(state_dict)
         return [w.install.options(concurrency_group=CONTROL).remote(ref, version) for w in workers]
 
@@ -50,6 +60,20 @@ class WorkerSlot:
     version: int = 0
     dead: bool = False
     """The actor process is gone (crashed or killed); the pool stops sending it work."""
+    index: int = 0
+    """Position in the pool (seeds the worker's sampling)."""
+    active: bool = True
+    """The scheduler rents it: its actor runs (or is starting) and it is fed work and snapshots."""
+    ready: bool = True
+    """Its actor finished starting and holds the latest snapshot published before its activation."""
+    lost: bool = False
+    """The scheduler declared it lost (missed heartbeats); it stays out of the pool."""
+    starts: int = 0
+    """How many times an actor was started for it."""
+    active_since: float | None = None
+    """time.perf_counter() of the current activation (None while inactive)."""
+    active_s: float = 0.0
+    """Seconds it was active over finished activations."""
 
 
 class RolloutPool:
@@ -61,30 +85,135 @@ class RolloutPool:
         transport: SnapshotTransport | None = None,
         queue_depth: int = 2,
         gpus_per_worker: float = 0.0,
+        lazy: bool = False,
     ) -> None:
-        remote_cls = ray.remote(concurrency_groups={CONTROL: 1})(RolloutWorker)
+        """``lazy``: start no actor yet; :meth:`activate` starts them (the pool scheduler decides which)."""
+        # Several control threads: a P2P receive blocks one until its version is in, and must not hold
+        # up a direct install or the shutdown call behind it.
+        self._remote_cls = ray.remote(concurrency_groups={CONTROL: 4})(RolloutWorker)
+        self._worker_kwargs, self._gpus_per_worker = worker_kwargs, gpus_per_worker
+        self._starting: dict[Any, WorkerSlot] = {}
+        self.latest: tuple[dict, int] | None = None
+        """The latest (state_dict, version) published through the pool: installed on every activation."""
+        self._latest_ref: Any = None
         self.transport = transport or ObjectStoreTransport()
         self.queue_depth = queue_depth
         self.slots: list[WorkerSlot] = []
         for i, spec in enumerate(specs):
-            # Workers reserve no CPU slot: light control calls must never wait for a free CPU.
-            # max_concurrency=2: one request generates while the previous one scores its rewards.
-            actor = remote_cls.options(num_cpus=0, num_gpus=gpus_per_worker, max_concurrency=2).remote(
-                spec["name"],
-                max_tokens_per_s=spec.get("max_tokens_per_s"),
-                **{**worker_kwargs, "seed": worker_kwargs["seed"] + 7919 * (i + 1)},
-            )
-            self.slots.append(WorkerSlot(spec["name"], actor, dict(spec)))
+            slot = WorkerSlot(spec["name"], None, dict(spec), index=i, active=not lazy, ready=not lazy)
+            self.slots.append(slot)
+            if not lazy:
+                self._start(slot)
         self._ref_owner: dict[Any, WorkerSlot] = {}
-        ray.get([s.actor.ping.options(concurrency_group=CONTROL).remote() for s in self.slots])
+        if not lazy:
+            ray.get([s.actor.ping.options(concurrency_group=CONTROL).remote() for s in self.slots])
+
+    def _start(self, slot: WorkerSlot) -> None:
+        # Workers reserve no CPU slot: light control calls must never wait for a free CPU.
+        # max_concurrency=2: one request generates while the previous one scores its rewards.
+        kw = self._worker_kwargs
+        seed = kw["seed"] + 7919 * (slot.index + 1) + 104729 * slot.starts  # a restart samples anew
+        slot.actor = self._remote_cls.options(num_cpus=0, num_gpus=self._gpus_per_worker, max_concurrency=2).remote(
+            slot.name, max_tokens_per_s=slot.spec.get("max_tokens_per_s"), **{**kw, "seed": seed},
+        )
+        slot.starts += 1
+        slot.active_since = time.perf_counter()
+
+    # ---- acting on the pool scheduler's decisions ---------------------------------------------
+    def slot(self, name: str) -> WorkerSlot:
+        for s in self.slots:
+            if s.name == name:
+                return s
+        raise KeyError(f"no rollout worker named {name!r} (known: {', '.join(s.name for s in self.slots)})")
+
+    def is_active(self, name: str) -> bool:
+        return self.slot(name).active
+
+    def alive_names(self) -> list[str]:
+        """Workers that answer: running and not dead, or not started (offers that can be rented)."""
+        return [s.name for s in self.slots if not s.dead and not s.lost]
+
+    def accepts_work(self, slot: WorkerSlot) -> bool:
+        return slot.active and slot.ready and not slot.dead and not slot.lost and slot.actor is not None
+
+    def activate(self, name: str) -> str:
+        """Start worker ``name`` (if not running) with the latest published snapshot; returns what was done.
+
+        The snapshot is installed directly on the new actor and work is sent only once that install has
+        returned (see :meth:`collect`), so it never generates with stale weights.
+        """
+        slot = self.slot(name)
+        if slot.dead or slot.lost:
+            raise RuntimeError(f"worker {name!r} is {'dead' if slot.dead else 'lost'}; it cannot be activated again")
+        if slot.active:
+            return "already active"
+        slot.active, slot.ready = True, False
+        self._start(slot)
+        if self.latest is not None:
+            if self._latest_ref is None:
+                self._latest_ref = ray.put(self.latest[0])
+            ref = slot.actor.install.options(concurrency_group=CONTROL).remote(self._latest_ref, self.latest[1])
+            what = f"started actor, installing v{self.latest[1]}"
+        else:
+            ref = slot.actor.ping.options(concurrency_group=CONTROL).remote()
+            what = "started actor (base weights, nothing published yet)"
+        self._starting[ref] = slot
+        return what
+
+    def wait_started(self, timeout_s: float = 600.0) -> None:
+        """Block until every starting worker is up (or failed); the next :meth:`collect` marks them."""
+        refs = list(self._starting)
+        if refs:
+            ray.wait(refs, num_returns=len(refs), timeout=timeout_s)
+
+    def release(self, name: str) -> str:
+        """Stop feeding worker ``name`` and stop its actor (its unfinished requests are dropped)."""
+        slot = self.slot(name)
+        if not slot.active:
+            return "already inactive"
+        self._stop(slot)
+        return "actor stopped"
+
+    def mark_lost(self, name: str) -> str:
+        """The scheduler declared ``name`` lost: no more work or snapshots; its actor is stopped if still there."""
+        slot = self.slot(name)
+        slot.lost = True
+        if slot.active:
+            self._stop(slot)
+        return "out of the pool"
+
+    def _stop(self, slot: WorkerSlot) -> None:
+        for ref in list(slot.inflight):
+            self._ref_owner.pop(ref, None)
+        slot.inflight.clear()
+        for ref in [r for r, s in self._starting.items() if s is slot]:
+            del self._starting[ref]
+        if slot.actor is not None and not slot.dead:
+            try:
+                ray.kill(slot.actor)
+            except Exception:  # already gone
+                pass
+        slot.actor, slot.active, slot.ready = None, False, False
+        if slot.active_since is not None:
+            slot.active_s += time.perf_counter() - slot.active_since
+            slot.active_since = None
 
     @property
     def actors(self) -> list[Any]:
-        return [s.actor for s in self.slots]
+        """Actors of the active, running workers (those that receive snapshots)."""
+        return [s.actor for s in self._publish_slots()]
+
+    def _publish_slots(self) -> list[WorkerSlot]:
+        return [s for s in self.slots if s.active and not s.dead and s.actor is not None]
 
     @property
     def live_slots(self) -> list[WorkerSlot]:
-        return [s for s in self.slots if not s.dead]
+        """Active workers whose actor runs (or is starting): they get snapshots and work."""
+        return self._publish_slots()
+
+    def exhausted(self) -> bool:
+        """No worker is live and none is left to activate (every one died or was lost)."""
+        return all(s.dead or s.lost for s in self.slots)
 
     def submit(self, slot: WorkerSlot, examples: list[Example]) -> None:
         ref = slot.actor.generate.remote(examples)
@@ -96,14 +225,26 @@ class RolloutPool:
 
     def collect(self, timeout_s: float) -> list[tuple[WorkerSlot, GenerationResult | Exception]]:
         """Results finished within ``timeout_s`` (0 = only those already done)."""
-        refs = self.pending()
+        refs = self.pending() + list(self._starting)
         if not refs:
+            if timeout_s > 0:  # nothing to wait on (e.g. every active worker died): do not spin
+                time.sleep(timeout_s)
             return []
         if timeout_s > 0:
             ray.wait(refs, num_returns=1, timeout=timeout_s)
         ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
         out = []
         for ref in ready:
+            if ref in self._starting:  # an activated worker finished starting (and installing)
+                slot = self._starting.pop(ref)
+                try:
+                    ray.get(ref)
+                    slot.ready = True
+                except Exception as exc:
+                    slot.errors += 1
+                    slot.dead = True
+                    out.append((slot, exc))
+                continue
             slot = self._ref_owner.pop(ref)
             slot.inflight.remove(ref)
             try:
@@ -123,7 +264,11 @@ class RolloutPool:
         return out
 
     def publish(self, state_dict: dict, version: int) -> list[Any]:
-        return self.transport.publish(state_dict, version, self.actors)
+        """Hand ``version`` to the transport for every worker; ``last_publish_names`` says which."""
+        self.latest, self._latest_ref = (state_dict, version), None  # installed on later activations
+        targets = self.live_slots
+        self.last_publish_names = [s.name for s in targets]
+        return self.transport.publish(state_dict, version, [s.actor for s in targets], names=self.last_publish_names)
 
     def worker_report(self) -> list[dict]:
         return [
@@ -131,7 +276,7 @@ class RolloutPool:
                 "name": s.name,
                 "gpu": s.spec.get("gpu", "cpu"),
                 "max_tokens_per_s": s.spec.get("max_tokens_per_s"),
-                "usd_per_hour": s.spec.get("usd_per_hour", 0.0),
+                "usd_per_hour": s.spec.get("usd_per_hour") or 0.0,
                 "samples": s.samples,
                 "tokens": s.tokens,
                 "generate_s": round(s.generate_s, 3),
@@ -142,12 +287,22 @@ class RolloutPool:
                 "errors": s.errors,
                 "dead": s.dead,
                 "last_version": s.version,
+                "active": s.active,
+                "lost": s.lost,
+                "starts": s.starts,
+                "active_s": round(s.active_s + (time.perf_counter() - s.active_since if s.active_since else 0.0), 3),
             }
             for s in self.slots
         ]
 
     def shutdown(self) -> None:
+        try:
+            self.transport.close([s.actor for s in self.slots if not s.dead and s.actor is not None])
+        except Exception:  # a dead or stuck worker must not keep the driver from shutting down
+            pass
         for s in self.slots:
+            if s.actor is None:  # never started, released or lost
+                continue
             try:
                 ray.get(s.actor.close.options(concurrency_group=CONTROL).remote(), timeout=10)
             except Exception:

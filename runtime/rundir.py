@@ -30,6 +30,11 @@ class RunDir:
         with open(self.metrics_path, "a") as fh:
             fh.write(json.dumps(_jsonable(row)) + "\n")
 
+    def append_jsonl(self, name: str, row: dict[str, Any]) -> None:
+        """Append one JSON line to ``name`` in the run directory (event logs next to metrics.jsonl)."""
+        with open(self.path / name, "a") as fh:
+            fh.write(json.dumps(_jsonable(row)) + "\n")
+
     def read_metrics(self) -> list[dict[str, Any]]:
         if not self.metrics_path.exists():
             return []

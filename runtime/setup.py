@@ -148,6 +148,28 @@ def init_ray(cfg: Echo2Config, address: str | None) -> bool:
 
 
 def worker_specs(cfg: Echo2Config) -> list[dict]:
-    if cfg.rollout.workers:
-        return [dataclasses.asdict(w) for w in cfg.rollout.workers]
-    return [{"name": f"worker{i}"} for i in range(cfg.rollout.num_workers)]
+    """One dict per rollout worker (``rollout.workers``, ``rollout.pool_file`` or ``num_workers`` of them)."""
+    from echo2_sdk.config import resolve_workers
+
+    return [dataclasses.asdict(w) for w in resolve_workers(cfg)]
+
+
+def build_transport(cfg: Echo2Config):
+    """The snapshot transport named by ``broadcast.transport`` (P2P striped chains by default)."""
+    b = cfg.broadcast
+    if b.transport == "object_store":
+        from echo2_sdk.runtime.pool import ObjectStoreTransport
+
+        return ObjectStoreTransport()
+    from echo2_sdk.runtime.broadcast.ray_transport import P2PSnapshotTransport
+
+    advertise = b.advertise_host
+    if advertise is None and b.bind_host == "0.0.0.0":  # workers on other nodes must dial a real address
+        import ray
+
+        advertise = ray.util.get_node_ip_address()
+    return P2PSnapshotTransport(
+        topology=b.topology, uplink_mbps=b.uplink_mbps, worker_mbps=b.worker_mbps, latency_ms=b.latency_ms,
+        chunk_kb=b.chunk_kb, bind_host=b.bind_host, advertise_host=advertise,
+        worker_bind_host=b.bind_host, receive_timeout_s=b.receive_timeout_s, emulate_worker_links=b.emulate_links,
+    )

@@ -23,8 +23,10 @@ from echo2_sdk.runtime import setup
 from echo2_sdk.runtime.batching import collate
 from echo2_sdk.runtime.buffer import ReplayBuffer
 from echo2_sdk.runtime.data import PromptStream
+from echo2_sdk.runtime.delivery import DeliveryTracker, delivery_summary
 from echo2_sdk.runtime.metrics import RunStats, progress_line, summarize
 from echo2_sdk.runtime.pool import RolloutPool
+from echo2_sdk.runtime.pool_control import PoolController
 from echo2_sdk.runtime.rundir import RunDir
 from echo2_sdk.runtime.backends.base import SamplingParams
 
@@ -75,10 +77,20 @@ class Trainer:
                 device="cuda" if r.gpus_per_worker > 0 else "cpu",
             ),
             gpus_per_worker=r.gpus_per_worker,
+            transport=setup.build_transport(cfg),
+            lazy=cfg.scheduler.enabled,  # the pool scheduler starts the workers it activates
         )
-        if self.learner.version > 0:  # resumed: workers start from the restored weights
-            ray.get(self.pool.publish(self.learner.state_dict_for_rollout(), self.learner.version))
+        self.controller = (PoolController.from_config(cfg, self.pool, self.run.path, kappa=self.kappa, log=log)
+                           if cfg.scheduler.enabled else None)
+        if self.controller is not None:  # initial plan; like an eager pool, wait until those workers are up
+            self.controller.start(time.perf_counter())
+            self.pool.wait_started()
+        self.deliveries = DeliveryTracker(self.pool.transport, gamma=cfg.broadcast.gamma,
+                                          timeout_s=cfg.broadcast.receive_timeout_s)
+        self._fresh_delivery: dict | None = None
         self.t_start = time.perf_counter()
+        if self.learner.version > 0:  # resumed: workers start from the restored weights
+            self._wait_installed(self._publish())
 
     # ------------------------------------------------------------------------------------------
     def fit(self) -> dict[str, Any]:
@@ -95,12 +107,17 @@ class Trainer:
             self.log(f"held-out after training:  {_fmt_eval(evals['after'])}")
             self._checkpoint()
         finally:
+            self._delivered(self.deliveries.finish_all(timeout_s=30.0))
             self._worker_report = self.pool.worker_report()
             self.pool.shutdown()
             if self.owns_ray:
                 ray.shutdown()
         rows = self.run.read_metrics()
         summary = summarize(self, rows)
+        summary["broadcast"] = {
+            "transport": cfg.broadcast.transport, "topology": cfg.broadcast.topology,
+            **delivery_summary(self.stats.deliveries), "by_version": self._version_table(),
+        }
         if cfg.train.plots:
             from echo2_sdk.runtime.plots import write_plots
 
@@ -110,7 +127,7 @@ class Trainer:
 
     # ------------------------------------------------------------------------------------------
     def _fill(self, slot) -> None:
-        while not slot.dead and len(slot.inflight) < self.pool.queue_depth:
+        while self.pool.accepts_work(slot) and len(slot.inflight) < self.pool.queue_depth:
             self.pool.submit(slot, self.stream.take(self.cfg.rollout.prompts_per_request))
 
     def _ingest(self, results) -> None:
@@ -119,10 +136,13 @@ class Trainer:
                 self.stats.worker_errors += 1
                 what = "died; no more work goes to it" if slot.dead else "request failed; continuing"
                 self.log(f"worker {slot.name} {what} ({type(result).__name__}: {str(result)[:300]})")
-                if not self.pool.live_slots:
+                if self.pool.exhausted():
                     raise RuntimeError("every rollout worker has died; see the errors above") from result
                 continue
             self.stats.tokens += result.num_tokens
+            if self.controller is not None:  # μ_i = rollouts per generating second (throttle included)
+                self.controller.on_result(slot.name, sum(len(g["rollouts"]) for g in result.groups),
+                                          result.t_generate_s + result.t_throttle_s)
             for status, n in result.reward_status.items():
                 self.stats.reward_status[status] += n
             for v, t in result.installed.items():
@@ -161,9 +181,7 @@ class Trainer:
                 continue
             self._train(groups)
             if self.learner.version % self.kappa == 0:
-                self.pool.publish(self.learner.state_dict_for_rollout(), self.learner.version)
-                self.published = self.learner.version
-                self.stats.publishes += 1
+                self._publish()
 
     def _run_sync(self) -> None:
         P = self.cfg.train.prompts_per_step
@@ -180,16 +198,54 @@ class Trainer:
             self.stats.t_idle_s += time.perf_counter() - t0
             self._train(self.buffer.take(P, self.learner.version))
             t1 = time.perf_counter()
-            ray.get(self.pool.publish(self.learner.state_dict_for_rollout(), self.learner.version))
-            self.published = self.learner.version
-            self.stats.publishes += 1
+            self._wait_installed(self._publish())
             self.stats.t_idle_s += time.perf_counter() - t1
 
+    def _publish(self) -> list:
+        """Start delivering the current weights; the learner does not wait (except in sync mode)."""
+        v = self.learner.version
+        handles = self.pool.publish(self.learner.state_dict_for_rollout(), v)
+        self.deliveries.published(v, self.step, handles, self.pool.last_publish_names)
+        self.stats.publish_s[v] = time.perf_counter() - self.t_start
+        self.stats.publish_wall[v] = time.time()
+        self.published = v
+        self.stats.publishes += 1
+        return handles
+
+    def _wait_installed(self, handles: list) -> None:
+        """Sync mode and resume: block until every live worker installed (a dead one is logged)."""
+        for ref in handles:
+            try:
+                ray.get(ref, timeout=self.cfg.broadcast.receive_timeout_s)
+            except Exception as exc:
+                self.log(f"snapshot install failed on a worker ({type(exc).__name__}: {str(exc)[:200]})")
+
+    def _delivered(self, records: list[dict]) -> None:
+        released = {s.name for s in self.pool.slots if not s.active}
+        for rec in records:
+            rec["t_publish_s"] = round(self.stats.publish_s.get(rec["version"], 0.0), 4)
+            # A worker the scheduler released mid-delivery did not fail: it left on purpose.
+            rec["released"] = sorted(w for w in rec["failed"] if w in released)
+            rec["failed"] = {w: r for w, r in rec["failed"].items() if w not in released}
+            self.stats.deliveries.append(rec)
+            self.run.append_jsonl("broadcasts.jsonl", rec)
+            self._fresh_delivery = rec
+            if self.controller is not None and rec["t_bcast_s"] is not None:
+                self.controller.on_broadcast(rec["t_bcast_s"], time.perf_counter())
+            if rec["failed"] and rec["superseded_by"] is None:
+                self.log(f"snapshot v{rec['version']}: {rec['installed']}/{rec['live']} workers installed "
+                         f"(failed: {rec['failed']})")
+
     def _collect(self, timeout_s: float) -> None:
+        self._delivered(self.deliveries.poll())
         results = self.pool.collect(timeout_s)
         self._ingest(results)
         if not self.sync:
             for slot, _ in results:
+                self._fill(slot)
+        if self.controller is not None:  # heartbeat round when due; newly started workers get work
+            self.controller.tick(time.perf_counter())
+            for slot in self.pool.slots:
                 self._fill(slot)
 
     def _train(self, groups: list[RolloutGroup]) -> None:
@@ -202,6 +258,12 @@ class Trainer:
         t_train = time.perf_counter() - t0
         self.step += 1
         row = self.stats.step_row(self, records, v_t, t_train, metrics)
+        if self.controller is not None:
+            row.update(self.controller.on_step(time.perf_counter(), t_train,
+                                               row["accepted"], row["reward_mean"]))
+        fresh, self._fresh_delivery = self._fresh_delivery, None
+        if fresh is not None:  # the broadcast measured complete since the previous step
+            row.update(bcast_version=fresh["version"], t_bcast_s=fresh["t_bcast_s"], t_bcast_all_s=fresh["t_all_s"])
         self.run.append_metrics(row)
         every = max(1, self.cfg.train.steps // 25)
         if self.step % every == 0 or self.step == 1 or self.step == self.cfg.train.steps:
@@ -210,6 +272,26 @@ class Trainer:
             self.stats.evals[f"step_{self.step}"] = self.evaluate()
         if self.cfg.train.checkpoint_every and self.step % self.cfg.train.checkpoint_every == 0:
             self._checkpoint()
+
+    def _version_table(self) -> list[dict]:
+        """Per version: publish, T_bcast, all installed, and when its first rollout reached the learner."""
+        applied = {(w, v): self.stats.t0_wall + t for w, v, t in self.stats.installs}
+        table = []
+        for rec in self.stats.deliveries:
+            v, first = rec["version"], self.stats.first_rollout.get(rec["version"])
+            wall = self.stats.publish_wall.get(v)
+            # Switch lag: from a worker's verified receipt to its first generation under the version
+            # (at most one generation batch already running when the snapshot arrived).
+            lags = sorted(applied[(w, v)] - (wall + t) for w, t in rec["installed_s"].items()
+                          if wall is not None and (w, v) in applied)
+            table.append({
+                "version": v, "t_publish_s": rec["t_publish_s"], "t_bcast_s": rec["t_bcast_s"],
+                "t_all_s": rec["t_all_s"], "superseded_by": rec.get("superseded_by"),
+                "first_rollout_after_publish_s": None if first is None else round(first - rec["t_publish_s"], 3),
+                "switch_lag_s_median": round((lags[(len(lags) - 1) // 2] + lags[len(lags) // 2]) / 2, 3) if lags else None,
+                "switch_lag_s_max": round(lags[-1], 3) if lags else None,
+            })
+        return table
 
     def _checkpoint(self) -> None:
         self.stats.wall_offset_s = time.perf_counter() - self.t_start

@@ -23,6 +23,7 @@ from echo2_sdk.records import Rollout, RolloutGroup, group_to_wire
 from echo2_sdk.registry import make_task
 from echo2_sdk.rewards import RewardGuard
 from echo2_sdk.runtime.backends.base import SamplingParams
+from echo2_sdk.runtime.broadcast.endpoints import BroadcastReceiverMixin
 
 
 @dataclass
@@ -42,7 +43,7 @@ class GenerationResult:
     """Versions installed since the last call → wall time (time.time()) of the install."""
 
 
-class RolloutWorker:
+class RolloutWorker(BroadcastReceiverMixin):
     def __init__(
         self,
         name: str,
@@ -184,6 +185,7 @@ class RolloutWorker:
         return {"name": self.name, "version": self.version, "reward": self.guard.stats()}
 
     def close(self) -> None:
+        self.broadcast_close()
         self.guard.close()
 
 

@@ -15,3 +15,14 @@ def tiny_tokenizer():
     from echo2_sdk.runtime.modeling import build_tiny_tokenizer
 
     return build_tiny_tokenizer()
+
+
+@pytest.fixture(scope="module")
+def ray_cluster():
+    """A local Ray cluster shared by one test module (trainer runs start their workers on it)."""
+    import ray
+
+    ray.init(num_cpus=4, include_dashboard=False, logging_level="ERROR",
+             runtime_env={"env_vars": {"OMP_NUM_THREADS": "1", "TRANSFORMERS_VERBOSITY": "error"}})
+    yield
+    ray.shutdown()

@@ -22,16 +22,6 @@ TINY_RUN = [
 ]
 
 
-@pytest.fixture(scope="module")
-def ray_cluster():
-    import ray
-
-    ray.init(num_cpus=4, include_dashboard=False, logging_level="ERROR",
-             runtime_env={"env_vars": {"OMP_NUM_THREADS": "1", "TRANSFORMERS_VERBOSITY": "error"}})
-    yield
-    ray.shutdown()
-
-
 def run(tmp_path, name, overrides, resume=False):
     from echo2_sdk.runtime.trainer import Trainer
 
@@ -60,6 +50,16 @@ def test_async_run_writes_metrics_summary_plots_and_checkpoints(tmp_path, ray_cl
     assert "accuracy" in on_disk["eval"]["before"] and "accuracy" in on_disk["eval"]["after"]
     assert summary["samples_accepted"] >= 4 * 4 * 4
     assert len(summary["workers"]) == 2 and all(w["samples"] > 0 for w in summary["workers"])
+    # Snapshots went worker to worker (P2P chain by default), one delivery record per publish.
+    bcast = summary["broadcast"]
+    assert bcast["transport"] == "p2p" and bcast["topology"] == "chain"
+    deliveries = [json.loads(line) for line in (run_dir / "broadcasts.jsonl").read_text().splitlines()]
+    assert [d["version"] for d in deliveries] == [2, 4] == [r["version"] for r in bcast["by_version"]]
+    done = [d for d in deliveries if d["superseded_by"] is None]
+    assert done and all(set(d["installed_s"]) == {"worker0", "worker1"} for d in done)
+    assert all(0 < d["t_bcast_s"] <= d["t_all_s"] for d in done)
+    # A delivery that completes before a later step is reported on that step's row.
+    assert all(r["bcast_version"] in (2, 4) and r["t_bcast_s"] > 0 for r in rows if "t_bcast_s" in r)
 
 
 def test_slow_worker_groups_are_dropped_never_trained_on(tmp_path, ray_cluster):
@@ -79,8 +79,11 @@ def test_slow_worker_groups_are_dropped_never_trained_on(tmp_path, ray_cluster):
 
 
 def test_sync_mode_is_on_policy(tmp_path, ray_cluster):
-    summary, rows = run(tmp_path, "sync", ["runtime.mode=sync"])
+    # The object-store transport (single machine) is timed by the completion handles.
+    summary, rows = run(tmp_path, "sync", ["runtime.mode=sync", "broadcast.transport=object_store"])
     assert [r["staleness_max"] for r in rows] == [0, 0, 0, 0]
+    assert summary["broadcast"]["transport"] == "object_store"
+    assert summary["broadcast"]["deliveries"] == 4 and summary["broadcast"]["incomplete"] == 0
     assert summary["kappa"] == 1 and summary["snapshots_published"] == 4
     assert all(r["tis_mean"] == pytest.approx(1.0, abs=1e-3) for r in rows)
 

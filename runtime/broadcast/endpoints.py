@@ -132,6 +132,28 @@ class LearnerBroadcaster:
             "plan": record.plan.to_dict(),
         }
 
+    def progress(self, version: int) -> dict | None:
+        """Non-blocking view of ``version``'s delivery (None until the broadcast has started):
+        install times in seconds since publish, failures, the live workers and whether it settled."""
+        started = self._publishing.get(version)
+        if started is None or not started.done():
+            return None
+        if started.exception() is not None:
+            return {"installed_s": {}, "failed": {"*": str(started.exception())}, "live": [], "settled": True}
+
+        async def snapshot() -> dict:
+            record = self.coordinator.broadcasts[version]
+            return {
+                "installed_s": {w: d["t_installed"] - record.t_publish for w, d in record.installed.items()},
+                "failed": {w: d.get("reason") for w, d in record.failed.items()},
+                "live": self.coordinator.live_workers(version),
+                "settled": self.coordinator.settled(version),
+                "repairs": len(record.repairs),
+                "refetches": len(record.refetches),
+            }
+
+        return self._thread.run(snapshot(), 10)
+
     @staticmethod
     async def _call(fn, *args):
         return fn(*args)
@@ -158,6 +180,7 @@ class WorkerBroadcastEndpoint:
         self._cond = threading.Condition()
         self._installed: dict[int, dict] = {}
         self._failed: dict[int, str] = {}
+        self._closed = False
         self.node = BroadcastNode(
             node_id, link=link, public_key=public_key_from_bytes(public_key), control=None,
             on_install=self._on_install, host=bind_host, advertise_host=advertise_host, stall_timeout_s=stall_timeout_s,
@@ -204,12 +227,18 @@ class WorkerBroadcastEndpoint:
                     return newest, self._installed[newest]
                 if version in self._failed:
                     raise BroadcastError(self._failed[version])
+                if self._closed:
+                    raise BroadcastError(f"{self.node_id}: endpoint closed before version {version} arrived")
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     raise TimeoutError(f"{self.node_id}: version {version} not installed within {timeout_s} s")
                 self._cond.wait(remaining)
 
     def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+
         async def _close():
             await self.node.close()
             self.client.writer.close()

@@ -45,6 +45,8 @@ class P2PSnapshotTransport(SnapshotTransport):
         self.worker_bind_host = worker_bind_host
         self.receive_timeout_s = receive_timeout_s
         self._ids: dict[Any, str] = {}
+        self._names: dict[str, str] = {}
+        """Broadcast node id → the pool's worker name (for reports)."""
         self.last_publish: dict = {}
 
     def _node_id(self, actor: Any) -> str:
@@ -53,35 +55,62 @@ class P2PSnapshotTransport(SnapshotTransport):
             self._ids[key] = f"w{len(self._ids)}"
         return self._ids[key]
 
-    def _ensure_started(self, workers: Sequence[Any]) -> list[str]:
+    def _ensure_started(self, workers: Sequence[Any]) -> tuple[list[str], list[str]]:
+        """(node ids of ``workers``, the subset that can receive now). A worker whose actor is gone
+        or whose node is lost is left out of the plan; its handle fails, the others proceed."""
         ids = [self._node_id(w) for w in workers]
         new = [(w, i) for w, i in zip(workers, ids) if i not in self.broadcaster.registered()]
+        broken: set[str] = set()
         if new:
-            ray.get([
+            refs = [
                 w.broadcast_start.options(concurrency_group=CONTROL).remote(
                     i, self.broadcaster.control_address, self.broadcaster.public_key, self.worker_link,
                     self.worker_bind_host,
                 )
                 for w, i in new
-            ])
-            self.broadcaster.wait_registered(ids)
-        return ids
+            ]
+            for (_, i), ref in zip(new, refs):
+                try:
+                    ray.get(ref, timeout=60)
+                except Exception:  # a dead or unreachable worker must not stop the others' broadcast
+                    broken.add(i)
+            self.broadcaster.wait_registered([i for _, i in new if i not in broken])
+        dead = set(self.broadcaster.coordinator.dead)
+        return ids, [i for i in ids if i not in broken and i not in dead]
 
-    def publish(self, state_dict: dict, version: int, workers: Sequence[Any]) -> list[Any]:
+    def publish(self, state_dict: dict, version: int, workers: Sequence[Any],
+                names: Sequence[str] | None = None) -> list[Any]:
         t0 = time.monotonic()
-        ids = self._ensure_started(workers)
-        self.broadcaster.publish(state_dict, version, ids)
-        self.last_publish = {"version": version, "workers": ids, "publish_call_s": time.monotonic() - t0}
+        ids, receiving = self._ensure_started(workers)
+        if names is not None:
+            self._names.update(zip(ids, names))
+        self.broadcaster.publish(state_dict, version, receiving)
+        self.last_publish = {"version": version, "workers": receiving, "publish_call_s": time.monotonic() - t0}
         return [
             w.broadcast_receive.options(concurrency_group=CONTROL).remote(version, self.receive_timeout_s)
             for w in workers
         ]
+
+    def progress(self, version: int, handles: Sequence[Any] = ()) -> dict | None:
+        """Install times (seconds since publish) by worker, measured by the learner's control server
+        when each worker reports its verified install; ``settled`` once every live worker is done."""
+        report = self.broadcaster.progress(version)
+        if report is None:
+            return None
+        names = {node: name for node, name in self._names.items()}
+        report["installed_s"] = {names.get(w, w): t for w, t in report["installed_s"].items()}
+        report["failed"] = {names.get(w, w): r for w, r in report["failed"].items()}
+        report["live"] = [names.get(w, w) for w in report["live"]]
+        return report
 
     def wait(self, version: int, timeout_s: float = 600.0) -> dict:
         """Install times, failures and repairs of ``version`` (for logging T_bcast)."""
         return self.broadcaster.wait(version, timeout_s)
 
     def close(self, workers: Sequence[Any] = ()) -> None:
-        if workers:
-            ray.get([w.broadcast_close.options(concurrency_group=CONTROL).remote() for w in workers])
-        self.broadcaster.close()
+        try:
+            if workers:
+                refs = [w.broadcast_close.options(concurrency_group=CONTROL).remote() for w in workers]
+                ray.wait(refs, num_returns=len(refs), timeout=10)
+        finally:
+            self.broadcaster.close()

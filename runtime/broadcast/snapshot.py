@@ -38,11 +38,21 @@ class SnapshotFormatError(ValueError):
 
 
 def state_dict_to_bytes(state_dict: dict[str, torch.Tensor]) -> bytes:
-    """Serialize ``state_dict`` to safetensors bytes (tensors moved to CPU and made contiguous)."""
+    """Serialize ``state_dict`` to safetensors bytes (tensors moved to CPU and made contiguous).
+
+    Tied entries (several names for the same tensor, e.g. embeddings and lm_head) travel once,
+    under the first name, as ``save_pretrained`` does; the rollout backend fills the alias on load.
+    """
     if not state_dict:
         raise SnapshotFormatError("state_dict is empty; publish at least one tensor")
     tensors = {}
+    seen: set[tuple] = set()
     for name, tensor in state_dict.items():
+        if isinstance(tensor, torch.Tensor):
+            key = (tensor.data_ptr(), tensor.dtype, tuple(tensor.shape), tensor.stride(), tensor.device)
+            if tensor.numel() and key in seen:
+                continue
+            seen.add(key)
         if not isinstance(tensor, torch.Tensor):
             raise SnapshotFormatError(
                 f"state_dict[{name!r}] is a {type(tensor).__name__}, not a torch.Tensor; "
