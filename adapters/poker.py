@@ -79,9 +79,9 @@ class PokerAdapter(TaskAdapter):
 
     @dataclass(frozen=True)
     class Options:
-        opponent: str = "rule:tag"
-        """Spec of every other seat (``rule:calling|tag|lag|random``, ``llm:NAME``); a comma-separated
-        list gives one spec per other seat."""
+        opponent: str = "rule:calling"
+        """Spec of every other seat (``rule:calling|tag|lag|random``, ``llm:PATH``); a comma-separated
+        list gives one spec per other seat. Default: the calling station."""
         seats: int = 2
         small_blind: int = 5
         big_blind: int = 10
@@ -96,14 +96,20 @@ class PokerAdapter(TaskAdapter):
         """Append the closing observation (hand results) as a last user turn (bookkeeping, mask 0)."""
         num_train: int = 4096
         num_eval: int = 256
+        num_sft: int = 256
+        """Demonstrations in the ``sft`` split (the warm start): one decision of a ``demonstrator`` episode each."""
+        demonstrator: str = "rule:random"
+        """Who plays the demonstrations. The default (uniform over legal actions) teaches the action
+        format without a strategy, leaving the strategy to RL; ``rule:tag`` imitates a tight player."""
 
     def __init__(self, options: Any = None, *, seed: int = 0) -> None:
         super().__init__(options, seed=seed)
         opts = self.options
         if opts.reward_unit not in REWARD_UNITS:
             raise ValueError(f"task.options.reward_unit={opts.reward_unit!r}; use one of {REWARD_UNITS}")
-        if opts.num_train < 1 or opts.num_eval < 1:
-            raise ValueError("task.options.num_train and num_eval must be >= 1")
+        if opts.num_train < 1 or opts.num_eval < 1 or opts.num_sft < 0:
+            raise ValueError(f"task.options.num_train={opts.num_train} and num_eval={opts.num_eval} must be >= 1, "
+                             f"num_sft={opts.num_sft} >= 0")
         self.config = PokerConfig(
             seats=opts.seats, small_blind=opts.small_blind, big_blind=opts.big_blind,
             starting_stack=opts.starting_stack, hands_per_episode=opts.hands_per_episode,
@@ -122,9 +128,23 @@ class PokerAdapter(TaskAdapter):
         if split not in ("sft", "train", "eval"):
             raise ValueError(f"unknown split {split!r}; poker has 'sft' (empty), 'train' and 'eval'")
         if split not in self._splits:
-            count = {"sft": 0, "train": self.options.num_train, "eval": self.options.num_eval}[split]
-            self._splits[split] = [self._example(split, i) for i in range(count)]
+            if split == "sft":
+                self._splits[split] = [self._demonstration(i) for i in range(self.options.num_sft)]
+            else:
+                count = {"train": self.options.num_train, "eval": self.options.num_eval}[split]
+                self._splits[split] = [self._example(split, i) for i in range(count)]
         return self._splits[split]
+
+    def _demonstration(self, index: int) -> Example:
+        """An sft example: the conversation of a ``demonstrator`` episode up to one of its decisions
+        (picked by the seed), the demonstrator's reply there as the answer."""
+        base = self._example("sft", index)
+        episode = self.play_episode(base, self.options.demonstrator)
+        replies = [i for i, m in enumerate(episode.messages) if m["role"] == "assistant"]
+        at = replies[random.Random(f"poker:{self.seed}:sft-turn:{index}").randrange(len(replies))]
+        messages = tuple(dict(m) for m in episode.messages[:at])
+        return Example(id=base.id, prompt=base.prompt, answer=episode.messages[at]["content"],
+                       meta={**base.meta, "messages": messages})
 
     def _example(self, split: str, index: int) -> Example:
         episode_seed = random.Random(f"poker:{self.seed}:{split}:{index}").getrandbits(62)
@@ -146,7 +166,10 @@ class PokerAdapter(TaskAdapter):
         return self._env
 
     def build_messages(self, example: Example) -> list[dict[str, str]]:
-        """The prompt x: the rules and the first observation of the example's episode."""
+        """The prompt x: the rules and the first observation of the example's episode (for an sft
+        demonstration: the conversation up to the demonstrated decision)."""
+        if "messages" in example.meta:
+            return [dict(m) for m in example.meta["messages"]]
         env = self._shared_env()
         obs, _ = env.begin_episode(example.meta["episode_seed"])
         return [{"role": "system", "content": env.system_prompt}, {"role": "user", "content": obs}]

@@ -14,6 +14,8 @@ method                   side                purpose
 ``reward(ex, text)``     worker (guarded)    r = R(x, y); runs under a deadline in a subprocess
 ``reference_answer``     driver              gold text, for warm starts and ``check_adapter``
 ``materialize(...)``     worker              Ω: loss mask and advantage group tag
+``open_episode``,        worker              multi-turn only: the episode as a token-level
+``to_rollout``                               chat, and its record (return, assistant mask)
 =======================  ==================  ==============================================
 """
 
@@ -102,6 +104,22 @@ class TaskAdapter:
     ) -> Omega:
         """Ω for one single-turn sample: every generated token is trained on."""
         return Omega(loss_mask=tuple([1] * len(completion_ids)), group=self.group_key(example))
+
+    # ----- multi-turn tasks (``multi_turn = True``) ----------------------------------------------
+    def open_episode(self, example: Example, tokenizer) -> Any:
+        """Start ``example``'s episode as a token-level chat (an :class:`echo2_sdk.env.ChatEpisode`).
+
+        The runtime (``echo2_sdk.runtime.episodes``) samples every assistant turn from
+        ``episode.context_ids`` and hands it back with ``episode.submit(token_ids, logprobs)``.
+        """
+        raise NotImplementedError(f"{type(self).__name__} sets multi_turn=True but does not implement "
+                                  "open_episode(example, tokenizer); return an echo2_sdk.env.ChatEpisode")
+
+    def to_rollout(self, episode: Any, *, example: Example, version: int,
+                   meta: Mapping[str, Any] | None = None) -> Any:
+        """τ = (x, y, r, v, Ω) of a finished episode: r = the trajectory return, Ω = assistant-token mask."""
+        raise NotImplementedError(f"{type(self).__name__} sets multi_turn=True but does not implement "
+                                  "to_rollout(episode, example=..., version=..., meta=...)")
 
     # ----- helpers ----------------------------------------------------------------------------
     @classmethod

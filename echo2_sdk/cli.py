@@ -90,6 +90,36 @@ def cmd_tasks(args: argparse.Namespace) -> int:
     return 0
 
 
+def _player_specs(text: str) -> str:
+    """Agent/opponent lists: a bare model path (a run's checkpoint, a model folder) means ``llm:PATH``."""
+    specs = []
+    for spec in (part.strip() for part in text.split(",")):
+        if spec and not spec.startswith(("rule:", "llm:")) and (Path(spec).exists() or spec == "tiny-qwen3"):
+            spec = f"llm:{spec}"
+        specs.append(spec)
+    return ",".join(specs)
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    if args.task != "poker":
+        print(f"echo2 eval: --task {args.task!r} has no head-to-head evaluation; use --task poker "
+              "(single-turn tasks report held-out accuracy in the run's summary.json)", file=sys.stderr)
+        return 2
+    from echo2_sdk.envs.poker_eval import eval_from_args
+    from echo2_sdk.runtime.chat_policy import cached_chat_policy  # torch + transformers, no Ray
+
+    args.agents, args.opponents = _player_specs(args.agents), _player_specs(args.opponents)
+    if args.hands < 1:
+        print(f"echo2 eval: --hands {args.hands} must be >= 1", file=sys.stderr)
+        return 2
+    try:
+        print(eval_from_args(args, lambda path: cached_chat_policy(path, args.temperature, args.max_new_tokens)))
+    except (ValueError, FileNotFoundError) as exc:
+        print(f"echo2 eval: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="echo2",
@@ -115,6 +145,19 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("tasks", help="list registered tasks")
     p.set_defaults(func=cmd_tasks)
+
+    from echo2_sdk.envs.poker_eval import add_eval_arguments
+
+    p = sub.add_parser("eval", help="head-to-head evaluation (poker: agents x opponents, duplicate deals, 95%% CIs)",
+                       description="Play --hands hands of every agent against every opponent with duplicate deals "
+                                   "and print chips won per 100 big blinds (table) or everything (--json). Agents and "
+                                   "opponents: rule:calling|tag|lag|random, llm:PATH, or a model path (a training "
+                                   "run's runs/NAME/checkpoints/step_K, its base_model folder, or runs/NAME).")
+    p.add_argument("--task", default="poker", help="task to evaluate (poker)")
+    add_eval_arguments(p)
+    p.add_argument("--temperature", type=float, default=0.0, help="sampling temperature of model agents (0 = greedy)")
+    p.add_argument("--max-new-tokens", type=int, default=16, help="reply length limit of model agents, in tokens")
+    p.set_defaults(func=cmd_eval)
 
     from echo2_sdk.runtime.planning.cli import add_plan_parser, add_simulate_parser
 

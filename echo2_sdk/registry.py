@@ -1,7 +1,7 @@
 """Task registry: names → ``TaskAdapter`` classes.
 
 Three ways in, looked up in this order:
-1. built-ins (``arith``, ``aime24``, later ``poker``, ``moba``), imported lazily;
+1. built-ins (``arith``, ``aime24``, ``poker``, later ``moba``), imported lazily;
 2. classes registered at import time with ``@register_task("name")``;
 3. third-party packages declaring an entry point in the ``echo2.tasks`` group
    (``[project.entry-points."echo2.tasks"] mytask = "mypkg.task:MyAdapter"``);
@@ -22,6 +22,7 @@ ENTRY_POINT_GROUP = "echo2.tasks"
 _BUILTINS: dict[str, str] = {
     "arith": "echo2_sdk.adapters.arith:ArithAdapter",
     "aime24": "echo2_sdk.adapters.aime24:Aime24Adapter",
+    "poker": "echo2_sdk.adapters.poker:PokerAdapter",
 }
 _REGISTERED: dict[str, type[TaskAdapter]] = {}
 

@@ -78,7 +78,7 @@ def play_matchup(agent: PlayerSpec, opponent: PlayerSpec, deals: int, seed: int,
     villains = [make(opponent) for _ in range(n - 1)]
     per_deal: list[float] = []
     records: list[tuple[HandRecord, int]] = []
-    invalid = forced = 0
+    invalid = forced = accepted = 0
     for deal in range(deals):
         deal_seed = f"eval:{seed}:{deal}"
         results = []
@@ -94,6 +94,7 @@ def play_matchup(agent: PlayerSpec, opponent: PlayerSpec, deals: int, seed: int,
             records.append((record, seat))
             invalid += record.invalid[seat]
             forced += record.forced[seat]
+            accepted += sum(a.seat == seat and not a.forced for a in record.actions)
         per_deal.append(statistics.fmean(results))
     mean, low, high = _mean_ci(per_deal)
     bb = table.big_blind
@@ -101,6 +102,9 @@ def play_matchup(agent: PlayerSpec, opponent: PlayerSpec, deals: int, seed: int,
         "chips_per_hand": mean, "ci95": [low, high],
         "bb_per_100": mean / bb * 100, "bb_per_100_ci95": [low / bb * 100, high / bb * 100],
         "deals": deals, "hands": deals * n, "invalid_actions": invalid, "forced_actions": forced,
+        # Share of the agent's replies the table accepted (refused replies are re-prompted, then forced).
+        "accepted_actions": accepted,
+        "legal_action_rate": accepted / (accepted + invalid) if accepted + invalid else None,
         "agent_style": style_stats(records),
     }
 
@@ -156,8 +160,8 @@ def render_table(table: Mapping[str, Any], unit: str = "bb_per_100") -> str:
     if unit not in ("bb_per_100", "chips_per_hand"):
         raise ValueError(f"unit={unit!r}; use 'bb_per_100' or 'chips_per_hand'")
     ci_key = "bb_per_100_ci95" if unit == "bb_per_100" else "ci95"
-    header = f"| agent \\ opponent ({unit}) | " + " | ".join(table["opponents"]) + " | VPIP | PFR | AF | AFq |"
-    lines = [header, "|" + "---|" * (len(table["opponents"]) + 5)]
+    header = f"| agent \\ opponent ({unit}) | " + " | ".join(table["opponents"]) + " | VPIP | PFR | AF | AFq | legal |"
+    lines = [header, "|" + "---|" * (len(table["opponents"]) + 6)]
     for agent in table["agents"]:
         row = table["cells"][agent]
         cells = []
@@ -166,11 +170,19 @@ def render_table(table: Mapping[str, Any], unit: str = "bb_per_100") -> str:
             low, high = cell[ci_key]
             cells.append(f"{cell[unit]:+.1f} ± {(high - low) / 2:.1f}")
         style = _pooled_style([row[o]["agent_style"] for o in table["opponents"]])
-        lines.append(f"| {agent} | " + " | ".join(cells) + f" | {style} |")
+        lines.append(f"| {agent} | " + " | ".join(cells) + f" | {style} | {_pooled_legal(row.values())} |")
     hands = table["hands_per_cell"]
     lines.append(f"\n{hands} hands per cell ({table['deals']} duplicate deals), seed {table['seed']}, "
                  f"95% CI; {table['hands_per_second']} hands/s.")
     return "\n".join(lines)
+
+
+def _pooled_legal(cells: Iterable[Mapping[str, Any]]) -> str:
+    """Share of the agent's replies accepted by the table, pooled over all its cells."""
+    cells = list(cells)
+    accepted = sum(c["accepted_actions"] for c in cells)
+    attempts = accepted + sum(c["invalid_actions"] for c in cells)
+    return f"{accepted / attempts:.2f}" if attempts else "-"
 
 
 def _pooled_style(styles: list[dict[str, Any]]) -> str:

@@ -36,6 +36,9 @@ def evaluate(
     Prompts are generated ``batch_size`` at a time; each batch gets its own seed
     (``params.seed + batch index``) so batches do not replay one random stream.
 
+    Multi-turn tasks play ``k`` episodes per example (``echo2_sdk.runtime.episodes``): avg@k is the
+    mean return, and the play statistics of ``summarize_rollouts`` (legal-action rate, ...) are added.
+
     Returns the metrics of ``avg_at_k`` plus ``split``, ``statuses`` (count of each reward status),
     ``mean_completion_tokens``, ``truncated_fraction`` (samples that hit ``max_new_tokens``) and
     ``version`` (the backend's policy version).
@@ -52,6 +55,13 @@ def evaluate(
             f"task {adapter.name!r} has no examples in split {split!r} (limit={limit}); "
             "evaluate another split or check the task options"
         )
+    if adapter.multi_turn:  # play episodes: the reward is the trajectory return
+        from echo2_sdk.runtime.episodes import evaluate_episodes
+
+        returns, play = evaluate_episodes(adapter, backend, tokenizer, examples, k=k, params=params,
+                                          batch_size=batch_size)
+        return {**avg_at_k(returns, max_reward=adapter.max_reward, pass_ks=pass_ks), "split": split,
+                **play, "version": getattr(backend, "version", None)}
     rewards: list[list[float]] = []
     statuses: Counter = Counter()
     num_tokens = num_truncated = 0

@@ -106,6 +106,8 @@ class RolloutWorker(BroadcastReceiverMixin):
     # ---- data plane --------------------------------------------------------------------------
     def generate(self, examples: Sequence[Example]) -> GenerationResult:
         """Generate n samples for each example under the installed version; score; build groups."""
+        if self.adapter.multi_turn:
+            return self._generate_episodes(examples)
         with self._generate_lock:
             self._apply_pending()
             version = self.version
@@ -162,6 +164,32 @@ class RolloutWorker(BroadcastReceiverMixin):
             t_throttle_s=t_throttle,
             reward_status=status,
             installed=installed,
+        )
+
+    def _generate_episodes(self, examples: Sequence[Example]) -> GenerationResult:
+        """Multi-turn tasks: n episodes per example in lock-step (``echo2_sdk.runtime.episodes``).
+
+        The reward is the trajectory return, computed while playing: no reward subprocess, so the
+        whole call holds the generation stage (the environment steps between sampled turns).
+        """
+        from echo2_sdk.runtime.episodes import run_episodes
+
+        with self._generate_lock:
+            self._apply_pending()
+            version = self.version
+            t0 = time.perf_counter()
+            seed = None if self.sampling.seed is None else self.sampling.seed + self._calls
+            self._calls += 1
+            params = dataclasses.replace(self.sampling, seed=seed)
+            batch = run_episodes(self.adapter, self.backend, self.tokenizer, examples, self.n, params,
+                                 version=version, worker=self.name)
+            t_gen = time.perf_counter() - t0
+            t_throttle = self._throttle(batch.num_tokens, t_gen)
+            installed, self._installed = self._installed, {}
+        return GenerationResult(
+            worker=self.name, groups=[group_to_wire(g) for g in batch.groups], version=version,
+            num_tokens=batch.num_tokens, t_generate_s=t_gen, t_reward_s=0.0, t_throttle_s=t_throttle,
+            reward_status=batch.reward_status, installed=installed,
         )
 
     def _prompt_ids(self, example: Example) -> list[int]:

@@ -34,6 +34,13 @@ def test_arith_with_all_operators_and_system_prompt_passes(tokenizer):
     assert check_adapter(adapter, tokenizer, max_examples=4)["checked"] == 4
 
 
+def test_poker_passes(tokenizer):
+    adapter = make_task("poker", {"num_train": 8, "num_eval": 4, "num_sft": 4})
+    report = check_adapter(adapter, tokenizer)
+    assert report["task"] == "poker" and report["splits"] == {"sft": 4, "train": 8, "eval": 4}
+    assert report["with_reference"] == 0  # episodes have no gold answer; the env is checked by check_env
+
+
 @pytest.mark.skipif(
     not SHARED_AIME24.exists(),
     reason=f"shared AIME24 file {SHARED_AIME24} is absent (the project does not ship it)",

@@ -23,10 +23,10 @@ def _masked_text(tok, ids, mask) -> str:
 
 
 def test_check_adapter_and_deterministic_splits(tiny_tokenizer):
-    adapter = PokerAdapter({"num_train": 16, "num_eval": 8})
+    adapter = PokerAdapter({"num_train": 16, "num_eval": 8, "num_sft": 4})
     report = check_adapter(adapter, tiny_tokenizer)
-    assert report["splits"] == {"sft": 0, "train": 16, "eval": 8}
-    twin = PokerAdapter({"num_train": 16, "num_eval": 8})
+    assert report["splits"] == {"sft": 4, "train": 16, "eval": 8}
+    twin = PokerAdapter({"num_train": 16, "num_eval": 8, "num_sft": 4})
     assert [e.meta for e in twin.examples("train")] == [e.meta for e in adapter.examples("train")]
     seeds = {e.meta["episode_seed"] for split in ("train", "eval") for e in adapter.examples(split)}
     assert len(seeds) == 24
@@ -148,3 +148,20 @@ def test_hand_bucket_groups_drive_key_grouping(tiny_tokenizer):
     for bucket in set(groups):
         members = [a for a, g in zip(advantages.tolist(), groups) if g == bucket]
         assert abs(sum(members)) < 1e-4  # normalized within each hand bucket
+
+
+def test_sft_demonstrations_are_legal_decisions_of_the_demonstrator(tiny_tokenizer):
+    adapter = PokerAdapter({"num_sft": 12, "num_train": 1, "num_eval": 1, "demonstrator": "rule:lag"})
+    demos = adapter.examples("sft")
+    assert len(demos) == 12 and len({d.id for d in demos}) == 12
+    assert not {d.meta["episode_seed"] for d in demos} & {e.meta["episode_seed"] for e in adapter.examples("train")}
+    for demo in demos:
+        messages = adapter.build_messages(demo)
+        assert messages[0]["role"] == "system" and messages[-1]["role"] == "user"
+        # Replaying the conversation's earlier replies, then the answer: the env accepts the answer.
+        env = adapter.make_env()
+        env.begin_episode(demo.meta["episode_seed"])
+        for message in messages[2::2]:
+            env.step(message["content"])
+        assert env.step(adapter.reference_answer(demo))[4]["invalid_reason"] is None
+    assert len({len(adapter.build_messages(d)) for d in demos}) > 1  # later streets are demonstrated too

@@ -22,7 +22,8 @@ class Echo(TaskAdapter):
 
 
 def test_builtins_are_known_and_unknown_names_list_them():
-    assert {"arith", "aime24"} <= set(known_tasks())
+    assert {"arith", "aime24", "poker"} <= set(known_tasks())
+    assert get_task_class("poker").multi_turn and make_task("poker").options.opponent == "rule:calling"
     with pytest.raises(KeyError, match=r"unknown task 'arithm'.*Did you mean 'arith'"):
         get_task_class("arithm")
 
