@@ -16,6 +16,7 @@ method                   side                purpose
 ``materialize(...)``     worker              Ω: loss mask and advantage group tag
 ``open_episode``,        worker              multi-turn only: the episode as a token-level
 ``to_rollout``                               chat, and its record (return, assistant mask)
+``reference_reply``      ``echo2 check``     multi-turn, optional: a scripted player's reply
 =======================  ==================  ==============================================
 """
 
@@ -120,6 +121,12 @@ class TaskAdapter:
         """τ = (x, y, r, v, Ω) of a finished episode: r = the trajectory return, Ω = assistant-token mask."""
         raise NotImplementedError(f"{type(self).__name__} sets multi_turn=True but does not implement "
                                   "to_rollout(episode, example=..., version=..., meta=...)")
+
+    def reference_reply(self, episode: Any) -> str | None:
+        """Multi-turn, optional: a scripted player's next reply in a running ``episode`` (a
+        ``ChatEpisode``; ``episode.env`` is the environment) that earns ``max_reward`` over the episode.
+        ``echo2 check`` plays it and asserts the return; ``None`` (the default): no such player."""
+        return None
 
     # ----- helpers ----------------------------------------------------------------------------
     @classmethod

@@ -100,17 +100,31 @@ def _player_specs(text: str) -> str:
     return ",".join(specs)
 
 
+# Head-to-head evaluators: task -> (module with eval_from_args(args, llm_policy_factory), default agents,
+# default opponents, the argument that counts games).
+EVALUATORS = {
+    "poker": ("echo2_sdk.envs.poker_eval", "rule:tag", "rule:calling,rule:tag,rule:lag", "hands"),
+    "moba": ("echo2_sdk.envs.moba_eval", "rule:farmer", "rule:farmer,rule:pusher,rule:random", "episodes"),
+}
+
+
 def cmd_eval(args: argparse.Namespace) -> int:
-    if args.task != "poker":
-        print(f"echo2 eval: --task {args.task!r} has no head-to-head evaluation; use --task poker "
-              "(single-turn tasks report held-out accuracy in the run's summary.json)", file=sys.stderr)
+    if args.task not in EVALUATORS:
+        print(f"echo2 eval: --task {args.task!r} has no head-to-head evaluation; use --task "
+              f"{' or '.join(EVALUATORS)} (single-turn tasks report held-out accuracy in the run's summary.json)",
+              file=sys.stderr)
         return 2
-    from echo2_sdk.envs.poker_eval import eval_from_args
+    import importlib
+
     from echo2_sdk.runtime.chat_policy import cached_chat_policy  # torch + transformers, no Ray
 
-    args.agents, args.opponents = _player_specs(args.agents), _player_specs(args.opponents)
-    if args.hands < 1:
-        print(f"echo2 eval: --hands {args.hands} must be >= 1", file=sys.stderr)
+    module, agents, opponents, count = EVALUATORS[args.task]
+    eval_from_args = importlib.import_module(module).eval_from_args
+    args.agents, args.opponents = _player_specs(args.agents or agents), _player_specs(args.opponents or opponents)
+    if args.episodes is None:
+        args.episodes = 200
+    if getattr(args, count) < 1:
+        print(f"echo2 eval: --{count} {getattr(args, count)} must be >= 1", file=sys.stderr)
         return 2
     try:
         print(eval_from_args(args, lambda path: cached_chat_policy(path, args.temperature, args.max_new_tokens)))
@@ -146,15 +160,26 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("tasks", help="list registered tasks")
     p.set_defaults(func=cmd_tasks)
 
+    from echo2_sdk.scaffold import add_new_task_parser
+    from echo2_sdk.task_check import add_check_parser
+
+    add_new_task_parser(sub)
+    add_check_parser(sub)
+
     from echo2_sdk.envs.poker_eval import add_eval_arguments
 
-    p = sub.add_parser("eval", help="head-to-head evaluation (poker: agents x opponents, duplicate deals, 95%% CIs)",
+    p = sub.add_parser("eval", help="head-to-head evaluation (poker, moba: agents x opponents, 95%% CIs)",
                        description="Play --hands hands of every agent against every opponent with duplicate deals "
                                    "and print chips won per 100 big blinds (table) or everything (--json). Agents and "
                                    "opponents: rule:calling|tag|lag|random, llm:PATH, or a model path (a training "
-                                   "run's runs/NAME/checkpoints/step_K, its base_model folder, or runs/NAME).")
-    p.add_argument("--task", default="poker", help="task to evaluate (poker)")
+                                   "run's runs/NAME/checkpoints/step_K, its base_model folder, or runs/NAME). "
+                                   "--task moba: --episodes games per cell, win rate and mean reward with 95%% CIs; "
+                                   "bots rule:farmer|pusher|random.")
+    p.add_argument("--task", default="poker", help="task to evaluate (poker, moba)")
     add_eval_arguments(p)
+    p.set_defaults(agents=None, opponents=None)  # per task, see EVALUATORS
+    p.add_argument("--episodes", type=int, default=None,
+                   help="moba: games per agent/opponent cell, half on each side (default 200)")
     p.add_argument("--temperature", type=float, default=0.0, help="sampling temperature of model agents (0 = greedy)")
     p.add_argument("--max-new-tokens", type=int, default=16, help="reply length limit of model agents, in tokens")
     p.set_defaults(func=cmd_eval)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Literal
 
 from echo2_sdk.config_loader import (  # re-exported: the public config API lives here
@@ -322,12 +323,27 @@ def load_config(path: str | None = None, overrides: list[str] | tuple[str, ...] 
     ``task.options`` fails at load time, not on a worker.
     """
     data = load_yaml(path) if path else {}
+    if path:  # a task file named in the YAML is relative to the YAML's folder
+        _absolute_task_file(data, Path(path).resolve().parent)
     apply_overrides(data, list(overrides))
+    _absolute_task_file(data, Path.cwd())  # ... and one given with --set to the current folder
     reject_old_spellings(data)
     cfg = build_dataclass(Echo2Config, data)
     validate_task_options(cfg)
     validate_pool(cfg)
     return cfg
+
+
+def _absolute_task_file(data: dict, base: Path) -> None:
+    """Make a ``task.name`` of the form ``file.py:Class`` absolute, so that Ray workers, reward
+    subprocesses and ``--resume`` (which reads the saved config) find the same file from any folder."""
+    from echo2_sdk.registry import is_file_spec
+
+    task = data.get("task")
+    name = task.get("name") if isinstance(task, dict) else None
+    if isinstance(name, str) and is_file_spec(name):
+        file, _, attr = name.rpartition(":")
+        task["name"] = f"{(base / Path(file).expanduser()).resolve()}:{attr}"
 
 
 def resolve_workers(cfg: Echo2Config) -> tuple[WorkerSpec, ...]:

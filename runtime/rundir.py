@@ -14,6 +14,10 @@ CHECKPOINT_RE = re.compile(r"^step_(\d+)$")
 
 
 def default_run_dir(task: str) -> str:
+    """``runs/<time>-<task>``; an import path (``pkg.mod:Class``, ``dir/file.py:Class``) is named by its
+    module or file stem, so that a path never becomes nested folders."""
+    if ":" in task:
+        task = re.split(r"[./\\]", task.rpartition(":")[0].removesuffix(".py"))[-1] or "task"
     return os.path.join("runs", f"{time.strftime('%Y%m%d-%H%M%S')}-{task}")
 
 

@@ -320,7 +320,7 @@ class Trainer:
 
 def _fmt_eval(ev: dict[str, Any]) -> str:
     if "legal_action_rate" in ev:  # multi-turn: "accuracy" would only be the share of winning episodes
-        keys = [k for k in ("episodes", "mean_return", "chips_per_hand", "legal_action_rate") if k in ev]
+        keys = [k for k in ("episodes", "mean_return", "chips_per_hand", "legal_action_rate") if ev.get(k) is not None]
     else:
         keys = [k for k in ev if k.startswith("avg@") or k in ("accuracy", "num_examples")]
     return ", ".join(f"{k}={ev[k]:.3f}" if isinstance(ev[k], float) else f"{k}={ev[k]}" for k in keys)

@@ -1,0 +1,48 @@
+"""Task-agnostic pieces of an LLM opponent seat (used by the MOBA env; poker's ``llm:NAME`` resolves the same way).
+
+- :func:`llm_policy` turns an ``llm:NAME`` spec into a chat policy: ``llm_policies[NAME]`` if given,
+  else ``llm_policy_factory(NAME)`` (the runtime installs a checkpoint loader there, see
+  ``echo2_sdk.runtime.episodes.ensure_llm_opponents``; ``echo2 eval`` passes its own).
+- :class:`ChatSeat` keeps one conversation (system rules, one user message per observation, one
+  assistant message per reply) and asks the policy for the next reply.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Mapping
+
+from echo2_sdk.env import Policy, coerce_action
+
+
+def llm_policy(spec: str, llm_policies: Mapping[str, Policy] | None = None,
+               llm_policy_factory: Callable[[str], Policy] | None = None) -> Policy:
+    """The policy of ``spec`` = ``llm:NAME`` (see the module docstring); a clear error without one."""
+    kind, _, name = spec.partition(":")
+    if kind != "llm" or not name:
+        raise ValueError(f"{spec!r} is not an LLM seat spec; use 'llm:NAME' (NAME: a model path or a policy name)")
+    if llm_policies and name in llm_policies:
+        return llm_policies[name]
+    if llm_policy_factory is not None:
+        return llm_policy_factory(name)
+    raise ValueError(f"{spec!r} needs a policy: pass llm_policies={{{name!r}: policy}} or "
+                     "llm_policy_factory=(name -> policy(messages) -> str)")
+
+
+class ChatSeat:
+    """One conversation with a chat policy ``policy(messages) -> str``; exceptions from the policy propagate."""
+
+    def __init__(self, policy: Policy, *, system: str | None = None) -> None:
+        if not callable(policy):
+            raise TypeError(f"an LLM seat needs a callable policy(messages) -> str, got {type(policy).__name__}")
+        self.policy, self.system = policy, system
+        self.messages: list[dict[str, str]] = []
+        self.begin()
+
+    def begin(self) -> None:
+        self.messages = [{"role": "system", "content": self.system}] if self.system else []
+
+    def reply(self, observation: str) -> str:
+        self.messages.append({"role": "user", "content": observation})
+        text = coerce_action(self.policy([dict(m) for m in self.messages]))
+        self.messages.append({"role": "assistant", "content": text})
+        return text
