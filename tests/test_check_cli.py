@@ -92,8 +92,16 @@ def test_an_expert_that_loses_fails_the_max_reward_check(tmp_path, capsys):
 
 
 def test_a_mask_over_environment_tokens_fails(tmp_path, capsys):
-    config = _break_generated(tmp_path, "brk_mask", "loss_mask=tuple(episode.loss_mask)",
-                              "loss_mask=tuple(1 for _ in episode.loss_mask)")
+    # A task whose records train on every completion token, environment text included.
+    override = (
+        "    def to_rollout(self, episode, **kwargs):\n"
+        "        import dataclasses\n"
+        "        r = super().to_rollout(episode, **kwargs)\n"
+        "        bad = dataclasses.replace(r.omega, loss_mask=tuple(1 for _ in r.omega.loss_mask))\n"
+        "        return dataclasses.replace(r, omega=bad)\n\n"
+        "    def reference_reply("
+    )
+    config = _break_generated(tmp_path, "brk_mask", "    def reference_reply(", override)
     assert main(["check", "--config", config]) == 1
     out = capsys.readouterr().out
     assert "FAIL  episodes:" in out and "the loss mask covers" in out

@@ -1,0 +1,219 @@
+"""``EpisodicTaskAdapter``: the shared body of multi-turn tasks played in a text environment.
+
+A task of this kind (``poker``, ``moba``) names one episode per example (``meta["episode_seed"]``) and
+plays it in an env with ``begin_episode(seed)``, ``system_prompt`` and gymnasium ``step``. A subclass
+supplies only what differs: the env (``make_env``), how an example is described (``_example``), the
+advantage group of an episode (``episode_group``), how a rule-based player acts (``bot_reply``) and
+which info keys summarize an episode (``SUMMARY_KEYS``). This base provides the rest:
+
+- splits ``train`` / ``eval`` (episode seeds) and ``sft`` (a ``demonstrator`` episode's conversation up to
+  one of its decisions, the demonstrator's reply there as the answer), cached per adapter;
+- the prompt x (rules + first observation), ``group_key``;
+- token level, for the runtime's multi-turn loop: ``open_episode`` → :class:`echo2_sdk.env.ChatEpisode`,
+  ``to_rollout`` → τ with Ω.loss_mask on the sampled assistant tokens only;
+- text level, for demonstrations, evaluation and API policies: ``play_episode``, ``episode_to_tokens``,
+  ``episode_to_rollout``.
+
+Options a subclass's ``Options`` must have: ``num_train``, ``num_eval``, ``num_sft``, ``demonstrator``,
+``final_observation``.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+from echo2_sdk.adapter import Example, TaskAdapter
+from echo2_sdk.env import ChatEpisode, EpisodeLog, Policy
+from echo2_sdk.records import Omega, Rollout
+from echo2_sdk.signals import assistant_mask
+
+
+@dataclass(frozen=True)
+class TextEpisode:
+    """A finished text-level episode."""
+
+    example_id: str
+    messages: tuple[dict[str, str], ...]
+    rewards: tuple[float, ...]
+    """r_t as the env paid them, one per env step (assistant turn)."""
+    reward: float
+    """R = Σ r_t in the adapter's reward unit."""
+    group: str
+    info: dict[str, Any]
+    log: EpisodeLog | None = field(default=None, compare=False)
+
+
+@dataclass(frozen=True)
+class EpisodeTokens:
+    prompt_ids: list[int]
+    completion_ids: list[int]
+    loss_mask: list[int]
+
+
+class EpisodicTaskAdapter(TaskAdapter):
+    multi_turn = True
+    SUMMARY_KEYS: tuple[str, ...] = ("invalid_actions", "forced_actions", "opponent_invalid_actions")
+    """Keys of the env's final info copied into each record's meta (and evaluation summaries)."""
+    reward_scale: float = 1.0
+    """R = Σ r_t / reward_scale (poker: chips → big blinds)."""
+
+    def __init__(self, options: Any = None, *, seed: int = 0) -> None:
+        super().__init__(options, seed=seed)
+        opts = self.options
+        if opts.num_train < 1 or opts.num_eval < 1 or opts.num_sft < 0:
+            raise ValueError(f"task.options.num_train={opts.num_train} and num_eval={opts.num_eval} must be >= 1, "
+                             f"num_sft={opts.num_sft} >= 0")
+        self.llm_policy_factory: Callable[[str], Policy] | None = None
+        """Set by the runtime when opponents are ``llm:PATH`` (path → policy)."""
+        self._splits: dict[str, list[Example]] = {}
+        self._env = None
+
+    # ----- what a subclass supplies ----------------------------------------------------------
+    def make_env(self):
+        """A fresh environment for this adapter's options (one per concurrent episode)."""
+        raise NotImplementedError
+
+    def _example(self, split: str, index: int) -> Example:
+        """Example ``index`` of ``split``; ``meta["episode_seed"]`` must name the episode."""
+        raise NotImplementedError
+
+    def episode_group(self, env) -> str:
+        """Ω.group of the episode ``env`` is playing (or has played)."""
+        return "none"
+
+    def bot_reply(self, player, env, feedback: str | None) -> str:
+        """A rule-based player's reply in ``env``'s current state (``feedback``: the last refusal)."""
+        raise NotImplementedError
+
+    def make_bot(self, spec: str, env):
+        """A rule-based player from its spec (``rule:NAME``)."""
+        raise NotImplementedError
+
+    # ----- data -------------------------------------------------------------------------------
+    def episode_seed(self, split: str, index: int) -> int:
+        return random.Random(f"{self.name}:{self.seed}:{split}:{index}").getrandbits(62)
+
+    def examples(self, split: str) -> Sequence[Example]:
+        if split not in ("sft", "train", "eval"):
+            raise ValueError(f"unknown split {split!r}; {self.name} has 'sft', 'train' and 'eval'")
+        if split not in self._splits:
+            if split == "sft":
+                self._splits[split] = [self._demonstration(i) for i in range(self.options.num_sft)]
+            else:
+                count = {"train": self.options.num_train, "eval": self.options.num_eval}[split]
+                self._splits[split] = [self._example(split, i) for i in range(count)]
+        return self._splits[split]
+
+    def _demonstration(self, index: int) -> Example:
+        """An sft example: a ``demonstrator`` episode's conversation up to one of its decisions (picked
+        by the seed), the demonstrator's reply there as the answer."""
+        base = self._example("sft", index)
+        episode = self.play_episode(base, self.options.demonstrator)
+        replies = [i for i, m in enumerate(episode.messages) if m["role"] == "assistant"]
+        at = replies[random.Random(f"{self.name}:{self.seed}:sft-turn:{index}").randrange(len(replies))]
+        return Example(id=base.id, prompt=base.prompt, answer=episode.messages[at]["content"],
+                       meta={**base.meta, "messages": tuple(dict(m) for m in episode.messages[:at])})
+
+    def _shared_env(self):
+        if self._env is None:
+            self._env = self.make_env()
+        return self._env
+
+    def build_messages(self, example: Example) -> list[dict[str, str]]:
+        """The prompt x: the rules and the first observation of the example's episode (for an sft
+        demonstration: the conversation up to the demonstrated decision)."""
+        if "messages" in example.meta:
+            return [dict(m) for m in example.meta["messages"]]
+        env = self._shared_env()
+        obs, _ = env.begin_episode(example.meta["episode_seed"])
+        return [{"role": "system", "content": env.system_prompt}, {"role": "user", "content": obs}]
+
+    def group_key(self, example: Example) -> str:
+        env = self._shared_env()
+        env.begin_episode(example.meta["episode_seed"])
+        return self.episode_group(env)
+
+    # ----- reward and Ω come from the environment ---------------------------------------------
+    def reward(self, example: Example, completion_text: str) -> float:
+        raise NotImplementedError(f"{self.name} rewards come from playing the episode: use open_episode/to_rollout "
+                                  "(token level) or play_episode (text level), not reward(example, text)")
+
+    def materialize(self, example: Example, prompt_ids, completion_ids) -> Omega:
+        raise NotImplementedError(f"{self.name}'s Ω comes from the episode: use to_rollout(episode) or "
+                                  "episode_to_tokens(episode, tokenizer)")
+
+    # ----- token level (the worker loop) ------------------------------------------------------
+    def open_episode(self, example: Example, tokenizer) -> ChatEpisode:
+        """Start the example's episode as a token-level chat (its own env: safe to run many at once)."""
+        env = self.make_env()
+        return ChatEpisode(env, tokenizer, example.meta["episode_seed"], system_prompt=env.system_prompt,
+                           final_observation=self.options.final_observation)
+
+    def to_rollout(self, episode: ChatEpisode, *, example: Example, version: int,
+                   meta: dict[str, Any] | None = None) -> Rollout:
+        """τ = (x, y, r, v, Ω) of a finished token-level episode."""
+        return Rollout(
+            prompt_ids=tuple(episode.prompt_ids), completion_ids=tuple(episode.completion_ids),
+            reward=episode.total_reward / self.reward_scale, version=version,
+            omega=Omega(loss_mask=tuple(episode.loss_mask), group=self.episode_group(episode.env)),
+            sampler_logprobs=tuple(episode.logprobs), prompt_key=example.id,
+            meta={**self.summary(episode.infos[-1]), "stop": episode.stop_reason, **(meta or {})},
+        )
+
+    # ----- text level -------------------------------------------------------------------------
+    def play_episode(self, example: Example, policy: Policy | str) -> TextEpisode:
+        """Play the example's episode with ``policy(messages) -> str`` or a rule-based spec such as
+        ``"rule:NAME"`` (demonstrations). The policy sees the whole conversation every turn."""
+        env = self.make_env()
+        obs, info = env.begin_episode(example.meta["episode_seed"])
+        messages = [{"role": "system", "content": env.system_prompt}, {"role": "user", "content": obs}]
+        player = self.make_bot(policy, env) if isinstance(policy, str) else None
+        if player is not None and hasattr(player, "begin"):  # seeded players restart per episode
+            player.begin(example.meta["episode_seed"])
+        feedback, done, rewards = None, False, []
+        while not done:
+            if player is not None:
+                reply = self.bot_reply(player, env, feedback)
+            else:
+                reply = policy([dict(m) for m in messages])  # type: ignore[operator]
+            obs, reward, terminated, truncated, info = env.step(reply)
+            messages.append({"role": "assistant", "content": env.log.turns[-1].action if env.log else str(reply)})
+            rewards.append(reward)
+            feedback, done = info["invalid_reason"], terminated or truncated
+            if not done or self.options.final_observation:
+                messages.append({"role": "user", "content": obs})
+        return TextEpisode(example.id, tuple(messages), tuple(rewards), sum(rewards) / self.reward_scale,
+                           self.episode_group(env), {**info, **self.summary(info)}, env.log)
+
+    def episode_to_tokens(self, episode: TextEpisode, tokenizer) -> EpisodeTokens:
+        """Tokenize a text-level episode with the chat template; mask = assistant tokens only."""
+        messages = list(episode.messages)
+        prompt_ids = _ids(tokenizer.apply_chat_template(messages[:2], tokenize=True, add_generation_prompt=True))
+        full_ids = _ids(tokenizer.apply_chat_template(messages, tokenize=True, add_generation_prompt=False))
+        if full_ids[: len(prompt_ids)] != prompt_ids:
+            raise ValueError("the chat template renders the first turns differently inside the full conversation")
+        ids = {name: tokenizer.convert_tokens_to_ids(token) for name, token in
+               (("im_start_id", "<|im_start|>"), ("im_end_id", "<|im_end|>"), ("newline_id", "\n"))}
+        mask = assistant_mask(full_ids, **ids, first_assistant_turn=3)
+        return EpisodeTokens(prompt_ids, full_ids[len(prompt_ids):], mask[len(prompt_ids):])
+
+    def episode_to_rollout(self, episode: TextEpisode, tokenizer, *, version: int = 0) -> Rollout:
+        """τ of a text-level episode (sampler logprobs unknown: 0.0; fine for SFT, not for IS ratios)."""
+        tokens = self.episode_to_tokens(episode, tokenizer)
+        return Rollout(
+            prompt_ids=tuple(tokens.prompt_ids), completion_ids=tuple(tokens.completion_ids),
+            reward=episode.reward, version=version,
+            omega=Omega(loss_mask=tuple(tokens.loss_mask), group=episode.group),
+            sampler_logprobs=(0.0,) * len(tokens.completion_ids), prompt_key=episode.example_id,
+            meta=self.summary(episode.info),
+        )
+
+    def summary(self, info: dict[str, Any]) -> dict[str, Any]:
+        return {key: info[key] for key in self.SUMMARY_KEYS if key in info}
+
+
+def _ids(rendered) -> list[int]:
+    # transformers >= 5 returns a BatchEncoding from apply_chat_template(tokenize=True).
+    return list(rendered["input_ids"] if hasattr(rendered, "keys") else rendered)
