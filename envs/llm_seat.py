@@ -1,4 +1,4 @@
-"""Task-agnostic pieces of an LLM opponent seat (used by the MOBA env; poker's ``llm:NAME`` resolves the same way).
+"""Task-agnostic pieces of an LLM opponent seat, shared by the poker and MOBA envs.
 
 - :func:`llm_policy` turns an ``llm:NAME`` spec into a chat policy: ``llm_policies[NAME]`` if given,
   else ``llm_policy_factory(NAME)`` (the runtime installs a checkpoint loader there, see

@@ -27,7 +27,8 @@ import difflib
 import random
 from typing import Callable, Mapping
 
-from echo2_sdk.env import Policy, coerce_action
+from echo2_sdk.env import Policy
+from echo2_sdk.envs.llm_seat import ChatSeat, llm_policy
 from echo2_sdk.envs.poker_hand import Player, SeatView, TableConfig
 from echo2_sdk.envs.poker_strength import chen_score, hand_strength
 from echo2_sdk.envs.poker_text import render_observation, system_prompt
@@ -163,14 +164,16 @@ class LLMPlayer:
 
     def __init__(self, policy: Policy, *, name: str = "llm", system: str | None = None,
                  show_history: bool = True) -> None:
-        if not callable(policy):
-            raise TypeError(f"LLMPlayer needs a callable policy(messages) -> str, got {type(policy).__name__}")
+        self.seat = ChatSeat(policy, system=system)
         self.policy, self.name, self.system, self.show_history = policy, name, system, show_history
-        self.messages: list[dict[str, str]] = []
         self._notes: list[str] = []
 
+    @property
+    def messages(self) -> list[dict[str, str]]:
+        return self.seat.messages
+
     def begin(self, seed: int) -> None:
-        self.messages = [{"role": "system", "content": self.system}] if self.system else []
+        self.seat.begin()
         self._notes = []
 
     def hand_over(self, view_result: str) -> None:
@@ -179,11 +182,7 @@ class LLMPlayer:
     def act(self, view: SeatView, feedback: str | None) -> str:
         notes = self._notes + ([f"Invalid action: {feedback}."] if feedback else [])
         self._notes = []
-        observation = render_observation(view, show_history=self.show_history, prefix="\n".join(notes))
-        self.messages.append({"role": "user", "content": observation})
-        reply = coerce_action(self.policy([dict(m) for m in self.messages]))
-        self.messages.append({"role": "assistant", "content": reply})
-        return reply
+        return self.seat.reply(render_observation(view, show_history=self.show_history, prefix="\n".join(notes)))
 
 
 RULE_STYLES: dict[str, type[RuleBasedPlayer]] = {
@@ -218,14 +217,7 @@ def make_player(spec: str | Player | Callable, *, table: TableConfig = TableConf
                              f"{', '.join('rule:' + s for s in RULE_STYLES)}.{hint}")
         return RULE_STYLES[style]()
     if kind == "llm" and arg:
-        if llm_policies and arg in llm_policies:
-            policy = llm_policies[arg]
-        elif llm_policy_factory is not None:
-            policy = llm_policy_factory(arg)
-        else:
-            raise ValueError(f"{spec!r} needs a policy: pass llm_policies={{{arg!r}: policy}} or "
-                             "llm_policy_factory=(name -> policy(messages) -> str)")
-        return LLMPlayer(policy, name=spec, system=system)
+        return LLMPlayer(llm_policy(spec, llm_policies, llm_policy_factory), name=spec, system=system)
     if not arg and _ALIASES.get(kind, kind) in RULE_STYLES:
         hint = f" Did you mean 'rule:{_ALIASES.get(kind, kind)}'?"
     else:

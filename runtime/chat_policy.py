@@ -78,7 +78,9 @@ class ChatPolicy:
 
         from echo2_sdk.runtime.backends.hf import HFBackend
         from echo2_sdk.runtime.modeling import resolve_dtype
+        from echo2_sdk.runtime.setup import quiet_libraries
 
+        quiet_libraries()  # weight-loading progress bars would break the evaluation table
         self.spec = spec
         weights, tokenizer_path = resolve_policy_path(spec)
         self.tokenizer = AutoTokenizer.from_pretrained(tokenizer_path)
