@@ -58,6 +58,8 @@ class WorkerSlot:
     throttle_s: float = 0.0
     errors: int = 0
     version: int = 0
+    last_progress: float | None = None
+    """time.perf_counter() of its last finished request or finished start (None: never)."""
     dead: bool = False
     """The actor process is gone (crashed or killed); the pool stops sending it work."""
     index: int = 0
@@ -129,9 +131,18 @@ class RolloutPool:
     def is_active(self, name: str) -> bool:
         return self.slot(name).active
 
-    def alive_names(self) -> list[str]:
-        """Workers that answer: running and not dead, or not started (offers that can be rented)."""
-        return [s.name for s in self.slots if not s.dead and not s.lost]
+    def alive_names(self, stall_timeout_s: float | None = None) -> list[str]:
+        """Workers that answer: running and not dead, or not started (offers that can be rented).
+
+        With ``stall_timeout_s``, a running worker that has work queued but finished nothing for that
+        long counts as silent too (a hung process whose actor is still alive)."""
+        now = time.perf_counter()
+
+        def stalled(s: WorkerSlot) -> bool:
+            return (stall_timeout_s is not None and s.active and s.ready and bool(s.inflight)
+                    and s.last_progress is not None and now - s.last_progress > stall_timeout_s)
+
+        return [s.name for s in self.slots if not s.dead and not s.lost and not stalled(s)]
 
     def accepts_work(self, slot: WorkerSlot) -> bool:
         return slot.active and slot.ready and not slot.dead and not slot.lost and slot.actor is not None
@@ -239,7 +250,7 @@ class RolloutPool:
                 slot = self._starting.pop(ref)
                 try:
                     ray.get(ref)
-                    slot.ready = True
+                    slot.ready, slot.last_progress = True, time.perf_counter()
                 except Exception as exc:
                     slot.errors += 1
                     slot.dead = True
@@ -247,6 +258,7 @@ class RolloutPool:
                 continue
             slot = self._ref_owner.pop(ref)
             slot.inflight.remove(ref)
+            slot.last_progress = time.perf_counter()
             try:
                 result = ray.get(ref)
             except Exception as exc:  # a crashed request is data: count it and go on

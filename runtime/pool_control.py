@@ -144,7 +144,10 @@ class PoolController:
         if self._last_round is not None and now - self._last_round < self.config.heartbeat_interval_s:
             return []
         self._last_round = now
-        alive = list(self.pool.alive_names() if alive_names is None else alive_names)
+        # A worker that delivers nothing for a heartbeat timeout while it has work falls silent; one
+        # more timeout without a heartbeat and the scheduler declares it lost and replaces it.
+        stall = self.config.heartbeat_timeout_s
+        alive = list(self.pool.alive_names(stall_timeout_s=stall) if alive_names is None else alive_names)
         return self._apply(now, heartbeat_round(self.scheduler, self.meter, alive, now))
 
     # ------------------------------------------------------------------ applying decisions

@@ -32,6 +32,8 @@ class FakePool:
 
     slots: list
     calls: list = field(default_factory=list)
+    hung: set = field(default_factory=set)
+    stall_timeouts: list = field(default_factory=list)
 
     def _slot(self, name):
         return next(s for s in self.slots if s.name == name)
@@ -52,8 +54,12 @@ class FakePool:
         slot.active, slot.lost = False, True
         return "out"
 
-    def alive_names(self):
-        return [s.name for s in self.slots if not s.dead and not s.lost]
+    def alive_names(self, stall_timeout_s=None):
+        """Like RolloutPool: ``hung`` workers (work queued, nothing finished) count as silent when
+        the caller gives a stall timeout."""
+        self.stall_timeouts.append(stall_timeout_s)
+        return [s.name for s in self.slots if not s.dead and not s.lost
+                and not (stall_timeout_s is not None and s.name in self.hung)]
 
 
 # κ = 2, R = 16, T_train prior 1 s, T_bcast 0 → μ_min = 2·16/(2·1) = 16/s; γ = 1.25 → μ_target = 20/s
@@ -119,6 +125,33 @@ def test_a_dead_worker_is_lost_after_the_deadline_then_replaced(tmp_path):
     assert pool.calls[-2:] == [("lost", "mid"), ("activate", "tabled")]
     assert [e["action"] for e in read_log(tmp_path)] == ["activate", "activate", "lost", "activate"]
     assert ctl.summary()["workers_lost"] == ["mid"]
+
+
+def test_a_hung_worker_falls_silent_and_is_replaced_like_a_dead_one(tmp_path):
+    ctl, pool = controller(tmp_path)
+    ctl.start(0.0)
+    assert ctl.tick(1.0) == [] and ctl.tick(2.0) == []
+    pool.hung.add("mid")  # its actor lives, but nothing it was given comes back
+    out = []
+    for t in (3.0, 4.0, 5.0, 6.0):
+        out += ctl.tick(t)
+    assert [(d.action, d.worker) for d in out] == [("lost", "mid"), ("activate", "tabled")]
+    assert set(pool.stall_timeouts) == {CFG.heartbeat_timeout_s}  # the controller asks for stall detection
+
+
+def test_the_pool_counts_a_worker_with_work_but_no_progress_as_silent():
+    from echo2_sdk.runtime.pool import RolloutPool, WorkerSlot
+
+    pool = RolloutPool.__new__(RolloutPool)  # only the bookkeeping: no Ray, no actors
+    now = time.perf_counter()
+    pool.slots = [
+        WorkerSlot("stuck", object(), {}, inflight=["req"], last_progress=now - 30),
+        WorkerSlot("busy", object(), {}, inflight=["req"], last_progress=now - 1),
+        WorkerSlot("idle", object(), {}, inflight=[], last_progress=now - 30),
+        WorkerSlot("dead", object(), {}, inflight=["req"], last_progress=now - 1, dead=True),
+    ]
+    assert pool.alive_names() == ["stuck", "busy", "idle"]
+    assert pool.alive_names(stall_timeout_s=10.0) == ["busy", "idle"]
 
 
 def test_measured_surplus_releases_the_dearest_worker_after_the_sustain_window(tmp_path):
