@@ -55,7 +55,6 @@ so short training episodes start in a live lane.
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import random
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -63,6 +62,7 @@ from typing import Any, Callable
 from echo2_sdk.env import Policy, TextEnv, sanitize_text
 from echo2_sdk.envs.moba_game import Game, Rules
 from echo2_sdk.envs.moba_players import make_player
+from echo2_sdk.envs.seats import build_config
 from echo2_sdk.envs.moba_text import action_text, legal_texts, parse, render, system_prompt
 
 
@@ -108,16 +108,7 @@ class MobaConfig:
     @classmethod
     def build(cls, **overrides: Any) -> "MobaConfig":
         """``MobaConfig(**overrides)`` with a "did you mean" for misspelled fields."""
-        names = [f.name for f in dataclasses.fields(cls)]
-        for key in overrides:
-            if key not in names:
-                close = difflib.get_close_matches(key, names, n=1)
-                hint = f" Did you mean {close[0]!r}?" if close else ""
-                raise TypeError(f"unknown MobaConfig field {key!r}; fields: {', '.join(names)}.{hint}")
-        for key in ("opponents", "allies"):
-            if isinstance(overrides.get(key), list):
-                overrides[key] = tuple(overrides[key])
-        return cls(**overrides)
+        return build_config(cls, overrides, tuple_fields=("opponents", "allies"))
 
 
 class MobaEnv(TextEnv):

@@ -15,7 +15,7 @@ the agent's; ``feedback`` is the reason the previous reply was refused). Rule-ba
     last-hitting and tower aggro.
 ``rule:random`` — uniform over the legal actions (a fuzzer, not a style).
 
-``llm:NAME`` seats an :class:`echo2_sdk.envs.llm_seat.ChatSeat` that sees the same observations
+``llm:NAME`` seats an :class:`echo2_sdk.envs.seats.ChatSeat` that sees the same observations
 as the agent (rendered for its own hero) and answers with ``policy(messages) -> str``.
 """
 
@@ -26,7 +26,7 @@ import random
 from typing import Any, Callable, Mapping
 
 from echo2_sdk.env import Policy
-from echo2_sdk.envs.llm_seat import ChatSeat, llm_policy
+from echo2_sdk.envs.seats import ChatSeat, llm_policy, rule_style
 from echo2_sdk.envs.moba_game import ABILITIES, BLADE_COST, SIGHT, STRIKE_DMG, STRIKE_LEVEL_DMG, TOWER_RANGE, Game, Hero
 from echo2_sdk.envs.moba_text import action_text, render
 
@@ -186,12 +186,7 @@ def make_player(spec: Any, *, system: str | None = None, max_ticks: int = 300,
         raise TypeError(f"player spec {spec!r} must be 'rule:NAME', 'llm:NAME', a player or a policy callable")
     kind, _, arg = spec.partition(":")
     if kind == "rule":
-        style = _ALIASES.get(arg, arg)
-        if style not in RULE_STYLES:
-            close = difflib.get_close_matches(style, [*RULE_STYLES, *_ALIASES], n=1)
-            hint = f" Did you mean 'rule:{_ALIASES.get(close[0], close[0])}'?" if close else ""
-            raise ValueError(f"unknown MOBA bot {spec!r}; known: {', '.join('rule:' + s for s in RULE_STYLES)}.{hint}")
-        return RULE_STYLES[style]()
+        return rule_style(spec, RULE_STYLES, _ALIASES, "MOBA bot")()
     if kind == "llm" and arg:
         return LLMHero(llm_policy(spec, llm_policies, llm_policy_factory), name=spec, system=system,
                        max_ticks=max_ticks)

@@ -24,7 +24,6 @@ row the table checks (if free) or folds for the agent. ``info`` counts both.
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import random
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
@@ -33,6 +32,7 @@ from echo2_sdk.env import Policy, TextEnv, sanitize_text
 from echo2_sdk.envs.poker_actions import parse_action
 from echo2_sdk.envs.poker_hand import Hand, Player, TableConfig, describe_result, take_turn
 from echo2_sdk.envs.poker_players import make_player
+from echo2_sdk.envs.seats import build_config
 from echo2_sdk.envs.poker_strength import hand_bucket
 from echo2_sdk.envs.poker_text import render_observation, system_prompt
 
@@ -89,15 +89,7 @@ class PokerConfig:
     @classmethod
     def build(cls, **overrides: Any) -> "PokerConfig":
         """``PokerConfig(**overrides)`` with a "did you mean" for misspelled fields."""
-        names = [f.name for f in dataclasses.fields(cls)]
-        for key in overrides:
-            if key not in names:
-                close = difflib.get_close_matches(key, names, n=1)
-                hint = f" Did you mean {close[0]!r}?" if close else ""
-                raise TypeError(f"unknown PokerConfig field {key!r}; fields: {', '.join(names)}.{hint}")
-        if isinstance(overrides.get("opponents"), list):
-            overrides["opponents"] = tuple(overrides["opponents"])
-        return cls(**overrides)
+        return build_config(cls, overrides, tuple_fields=("opponents",))
 
 
 class PokerEnv(TextEnv):

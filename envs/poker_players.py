@@ -28,7 +28,7 @@ import random
 from typing import Callable, Mapping
 
 from echo2_sdk.env import Policy
-from echo2_sdk.envs.llm_seat import ChatSeat, llm_policy
+from echo2_sdk.envs.seats import ChatSeat, llm_policy, rule_style
 from echo2_sdk.envs.poker_hand import Player, SeatView, TableConfig
 from echo2_sdk.envs.poker_strength import chen_score, hand_strength
 from echo2_sdk.envs.poker_text import render_observation, system_prompt
@@ -209,13 +209,7 @@ def make_player(spec: str | Player | Callable, *, table: TableConfig = TableConf
         raise TypeError(f"player spec {spec!r} must be 'rule:NAME', 'llm:NAME', a Player or a policy callable")
     kind, _, arg = spec.partition(":")
     if kind == "rule":
-        style = _ALIASES.get(arg, arg)
-        if style not in RULE_STYLES:
-            close = difflib.get_close_matches(style, [*RULE_STYLES, *_ALIASES], n=1)
-            hint = f" Did you mean 'rule:{_ALIASES.get(close[0], close[0])}'?" if close else ""
-            raise ValueError(f"unknown rule-based style {spec!r}; known: "
-                             f"{', '.join('rule:' + s for s in RULE_STYLES)}.{hint}")
-        return RULE_STYLES[style]()
+        return rule_style(spec, RULE_STYLES, _ALIASES, "rule-based style")()
     if kind == "llm" and arg:
         return LLMPlayer(llm_policy(spec, llm_policies, llm_policy_factory), name=spec, system=system)
     if not arg and _ALIASES.get(kind, kind) in RULE_STYLES:

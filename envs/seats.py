@@ -1,4 +1,7 @@
-"""Task-agnostic pieces of an LLM opponent seat, shared by the poker and MOBA envs.
+"""Task-agnostic pieces of opponent seats, shared by the poker and MOBA envs.
+
+- :func:`rule_style` resolves ``rule:NAME`` (with aliases) to a bot class, with "did you mean".
+- :func:`build_config` builds an env config dataclass from keyword overrides, with "did you mean".
 
 - :func:`llm_policy` turns an ``llm:NAME`` spec into a chat policy: ``llm_policies[NAME]`` if given,
   else ``llm_policy_factory(NAME)`` (the runtime installs a checkpoint loader there, see
@@ -9,9 +12,33 @@
 
 from __future__ import annotations
 
-from typing import Callable, Mapping
+import dataclasses
+import difflib
+from typing import Any, Callable, Mapping
 
 from echo2_sdk.env import Policy, coerce_action
+
+
+def rule_style(spec: str, styles: Mapping[str, type], aliases: Mapping[str, str], what: str) -> type:
+    """The bot class of ``spec`` = ``rule:NAME`` (NAME a style or an alias); a "did you mean" otherwise."""
+    style = aliases.get(spec.partition(":")[2], spec.partition(":")[2])
+    if style not in styles:
+        close = difflib.get_close_matches(style, [*styles, *aliases], n=1)
+        hint = f" Did you mean 'rule:{aliases.get(close[0], close[0])}'?" if close else ""
+        raise ValueError(f"unknown {what} {spec!r}; known: {', '.join('rule:' + s for s in styles)}.{hint}")
+    return styles[style]
+
+
+def build_config(cls: type, overrides: dict[str, Any], tuple_fields: tuple[str, ...] = ()) -> Any:
+    """``cls(**overrides)`` for an env config dataclass, naming the closest field on a typo; list
+    values of ``tuple_fields`` (from YAML) become tuples so the config stays hashable."""
+    names = [f.name for f in dataclasses.fields(cls)]
+    for key in overrides:
+        if key not in names:
+            close = difflib.get_close_matches(key, names, n=1)
+            hint = f" Did you mean {close[0]!r}?" if close else ""
+            raise TypeError(f"unknown {cls.__name__} field {key!r}; fields: {', '.join(names)}.{hint}")
+    return cls(**{k: tuple(v) if k in tuple_fields and isinstance(v, list) else v for k, v in overrides.items()})
 
 
 def llm_policy(spec: str, llm_policies: Mapping[str, Policy] | None = None,
