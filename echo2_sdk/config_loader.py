@@ -157,14 +157,20 @@ def apply_overrides(data: dict, overrides: list[str]) -> dict:
     return data
 
 
-def load_yaml(path: str) -> dict:
+def read_yaml_file(path: str, what: str = "config file", example: str | None = None) -> Any:
+    """The YAML document in ``path``; a ConfigError naming ``what`` (and an example) when it is missing or broken."""
     try:
         with open(path) as fh:
-            data = yaml.safe_load(fh) or {}
+            return yaml.safe_load(fh)
     except FileNotFoundError:
-        raise ConfigError(f"config file {path!r} does not exist") from None
+        hint = f" (example: {example})" if example else ""
+        raise ConfigError(f"{what} {path!r} does not exist{hint}") from None
     except yaml.YAMLError as exc:
-        raise ConfigError(f"config file {path!r} is not valid YAML: {exc}") from exc
+        raise ConfigError(f"{what} {path!r} is not valid YAML: {exc}") from exc
+
+
+def load_yaml(path: str) -> dict:
+    data = read_yaml_file(path) or {}
     if not isinstance(data, dict):
         raise ConfigError(f"config file {path!r} must hold a mapping at top level, got {type(data).__name__}")
     return data

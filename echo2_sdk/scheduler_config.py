@@ -8,12 +8,12 @@ from ``load_config``. Nothing here imports Ray or the runtime at import time.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-import yaml
 
-from echo2_sdk.config_loader import ConfigError, build_dataclass
+from echo2_sdk.config_loader import ConfigError, build_dataclass, read_yaml_file
 
 
 @dataclass(frozen=True)
@@ -74,7 +74,7 @@ class PoolSchedulerConfig:
 
 def check_prices(data: Any, source: str) -> dict[str, float]:
     """A price table: mapping GPU class → $ per GPU-hour (a finite number ≥ 0)."""
-    if not isinstance(data, dict):
+    if not isinstance(data, Mapping):
         raise ConfigError(f"{source}: a price table maps GPU class to $ per GPU-hour (e.g. {{A100: 1.6}}), "
                           f"got {type(data).__name__}")
     out = {}
@@ -85,20 +85,10 @@ def check_prices(data: Any, source: str) -> dict[str, float]:
     return out
 
 
-def _read_yaml(path: str, what: str, example: str) -> Any:
-    try:
-        with open(path) as fh:
-            return yaml.safe_load(fh)
-    except FileNotFoundError:
-        raise ConfigError(f"{what} {path!r} does not exist (example: {example})") from None
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{what} {path!r} is not valid YAML: {exc}") from exc
-
-
 def resolve_prices(cfg: PoolSchedulerConfig) -> dict[str, float]:
     """The price table, read from its file when ``scheduler.prices`` is a path."""
     if isinstance(cfg.prices, str):
-        data = _read_yaml(cfg.prices, "scheduler.prices file", "examples/pools/prices.yaml")
+        data = read_yaml_file(cfg.prices, "scheduler.prices file", "examples/pools/prices.yaml")
         return check_prices(data if data is not None else {}, cfg.prices)
     return check_prices(cfg.prices, "scheduler.prices")
 
@@ -108,7 +98,7 @@ def load_pool_file(path: str) -> tuple:
     (``echo2 plan`` pool files qualify as they are). Returns ``WorkerSpec``s; names must be unique."""
     from echo2_sdk.config import WorkerSpec
 
-    data = _read_yaml(path, "rollout.pool_file", "examples/pools/small.yaml")
+    data = read_yaml_file(path, "rollout.pool_file", "examples/pools/small.yaml")
     if not isinstance(data, list) or not data:
         raise ConfigError(f"rollout.pool_file {path!r}: expected a non-empty YAML list of workers "
                           f"(- {{name: a, max_tokens_per_s: 300, usd_per_hour: 0.3}}), got {type(data).__name__}")

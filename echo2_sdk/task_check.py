@@ -106,7 +106,8 @@ def _play(adapter: TaskAdapter, tokenizer, example: Example) -> tuple[Rollout, l
     return record, replies, scripted
 
 
-def _runs(mask) -> list[tuple[int, int]]:
+def mask_runs(mask) -> list[tuple[int, int]]:
+    """Contiguous runs of mask == 1 as (start, end) pairs."""
     runs, start = [], None
     for i, m in enumerate(list(mask) + [0]):
         if m and start is None:
@@ -134,7 +135,7 @@ def _episodes_detail(adapter: TaskAdapter, tokenizer, count: int, played: list) 
                                  "echo2_sdk.records.validate_rollout")
         mask = list(record.omega.loss_mask)
         trained = [tokenizer.decode(list(record.completion_ids[a:b]), skip_special_tokens=True).strip()
-                   for a, b in _runs(mask)]
+                   for a, b in mask_runs(mask)]
         if trained != [r.strip() for r in replies]:
             raise AssertionError(f"{where}: the loss mask covers {trained!r:.200} but the replies were "
                                  f"{replies!r:.200}; the mask must be 1 on the model's reply tokens (and its "
@@ -146,7 +147,7 @@ def _episodes_detail(adapter: TaskAdapter, tokenizer, count: int, played: list) 
                                  "randomness from the example's episode seed")
         played.append((example, record))
     who = "the scripted player (reference_reply)" if scripted_all else "first legal actions (no reference_reply)"
-    turns = sum(len(_runs(r.omega.loss_mask)) for _, r in played)
+    turns = sum(len(mask_runs(r.omega.loss_mask)) for _, r in played)
     return f"{len(played)} episodes, {turns} replies by {who}; returns {[round(r.reward, 3) for _, r in played]}"
 
 

@@ -20,14 +20,13 @@ call and returns the metrics row fields:
 
 from __future__ import annotations
 
-import math
 from collections import defaultdict
 from dataclasses import dataclass
 from typing import Iterable, Mapping
 
-import yaml
 
-from echo2_sdk.config_loader import ConfigError
+from echo2_sdk.config_loader import ConfigError, read_yaml_file
+from echo2_sdk.scheduler_config import check_prices
 
 POINTS_PER_REWARD_UNIT = 100.0
 
@@ -44,25 +43,11 @@ class Resource:
 
 def parse_prices(data: object, source: str = "prices") -> dict[str, float]:
     """Validate a price table: a mapping GPU class → dollars per GPU-hour (≥ 0)."""
-    if not isinstance(data, Mapping):
-        raise ConfigError(f"{source}: a price table maps GPU class to $ per GPU-hour (e.g. A100: 1.6), "
-                          f"got {type(data).__name__}")
-    prices = {}
-    for gpu, price in data.items():
-        if isinstance(price, bool) or not isinstance(price, (int, float)) or not (price >= 0 and math.isfinite(price)):
-            raise ConfigError(f"{source}.{gpu}: price {price!r} must be a number ≥ 0 ($ per GPU-hour)")
-        prices[str(gpu)] = float(price)
-    return prices
+    return check_prices(data, source)
 
 
 def load_prices(path: str) -> dict[str, float]:
-    try:
-        with open(path) as fh:
-            data = yaml.safe_load(fh)
-    except FileNotFoundError:
-        raise ConfigError(f"price table {path!r} does not exist (example: examples/pools/prices.yaml)") from None
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"price table {path!r} is not valid YAML: {exc}") from exc
+    data = read_yaml_file(path, "price table", "examples/pools/prices.yaml")
     return parse_prices(data if data is not None else {}, source=path)
 
 

@@ -15,9 +15,8 @@ import math
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-import yaml
 
-from echo2_sdk.config_loader import ConfigError, build_dataclass
+from echo2_sdk.config_loader import ConfigError, build_dataclass, read_yaml_file
 
 
 @dataclass(frozen=True)
@@ -72,13 +71,7 @@ def parse_pool(entries: Any, source: str = "pool") -> tuple[WorkerOffer, ...]:
 
 def load_pool(path: str) -> tuple[WorkerOffer, ...]:
     """Read and validate a pool file."""
-    try:
-        with open(path) as fh:
-            data = yaml.safe_load(fh)
-    except FileNotFoundError:
-        raise ConfigError(f"pool file {path!r} does not exist (examples: examples/pools/*.yaml)") from None
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"pool file {path!r} is not valid YAML: {exc}") from exc
+    data = read_yaml_file(path, "pool file", "examples/pools/mixed.yaml")
     return parse_pool(data if data is not None else [], source=path)
 
 
