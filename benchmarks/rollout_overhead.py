@@ -8,7 +8,7 @@ medians are reported:
             guarded rewards + record building, serially);
   actor   — the same worker as a Ray actor driven like the runtime drives it (two requests queued, so
             reward scoring of one request overlaps generation of the next), results fetched by the
-            driver.
+            driver as JSON documents and decoded as the pool does.
 Also the learner's ``train_step`` time on the samples of one request.
 
     python benchmarks/rollout_overhead.py [--requests 6] [--repeats 3] [--prompts 16] [--n 8] [--max-new-tokens 16]
@@ -75,14 +75,18 @@ def main() -> None:
             toks += worker.generate(examples).num_tokens
         return toks, time.perf_counter() - t0
 
+    from echo2_sdk.runtime.remote.codec import example_to_dict, result_from_json
+
+    wire_examples = [example_to_dict(ex) for ex in examples]
+
     def run_actor() -> tuple[int, float]:
         t0, toks, inflight, submitted = time.perf_counter(), 0, [], 0
         while submitted < args.requests or inflight:
             while len(inflight) < 2 and submitted < args.requests:
-                inflight.append(actor.generate.remote(examples))
+                inflight.append(actor.generate_wire.remote(wire_examples))
                 submitted += 1
             done, inflight = ray.wait(inflight, num_returns=1)
-            toks += ray.get(done[0]).num_tokens
+            toks += result_from_json(ray.get(done[0])).num_tokens  # the pool's JSON path, decode included
         return toks, time.perf_counter() - t0
 
     variants = {"raw": run_raw, "worker": run_worker, "actor": run_actor}

@@ -50,26 +50,32 @@ def _add_config_args(p: argparse.ArgumentParser) -> None:
 
 def cmd_train(args: argparse.Namespace) -> int:
     cfg = _load(args)
+    from echo2_sdk.runtime.launch import learner_placement, train
     from echo2_sdk.runtime.rundir import default_run_dir
     from echo2_sdk.runtime.setup import ResourceError, check_resources
 
+    placed = learner_placement(cfg, args.ray_address) is not None  # the learner runs on a learner node
     try:
-        check_resources(cfg)
+        if not placed:  # fail before starting anything; a placed learner checks on its node
+            check_resources(cfg)
     except ResourceError as exc:
         print(f"echo2 train: {exc}", file=sys.stderr)
         return 2
-    from echo2_sdk.runtime.trainer import Trainer
 
     run_dir = args.resume or args.run_dir or default_run_dir(cfg.task.name)
     print(f"echo2 train: task={cfg.task.name} model={cfg.model.name} mode={cfg.runtime.mode} "
           f"steps={cfg.train.steps} run_dir={run_dir}", flush=True)
-    trainer = Trainer(cfg, run_dir, resume=bool(args.resume), ray_address=args.ray_address,
-                      log=lambda m: print(m, flush=True))
-    summary = trainer.fit()
+    try:
+        summary = train(cfg, run_dir, resume=bool(args.resume), ray_address=args.ray_address,
+                        log=lambda m: print(m, flush=True))
+    except ResourceError as exc:  # cannot join the cluster, or no node offers the requested resources
+        print(f"echo2 train: {exc}", file=sys.stderr)
+        return 2
     keys = ("steps", "wall_s", "reward_first_10pct", "reward_last_10pct", "bubble_ratio", "staleness_max",
             "samples_accepted", "samples_dropped_stale", "samples_rejected")
     print(json.dumps({k: summary.get(k) for k in keys}, indent=1))
-    print(f"run directory: {run_dir}")
+    where = f" (on the learner's node {summary['learner_node'][:12]})" if summary.get("learner_node") else ""
+    print(f"run directory: {run_dir}{where}")
     return 0
 
 
@@ -188,6 +194,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_plan_parser(sub)
     add_simulate_parser(sub)
+
+    from echo2_sdk.runtime.remote.cli import add_worker_parser
+
+    add_worker_parser(sub)
 
     from echo2_sdk.runtime.broadcast.cli import add_bench_broadcast_parser
 

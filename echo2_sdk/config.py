@@ -78,6 +78,32 @@ class ModelConfig:
 
 
 @dataclass(frozen=True)
+class VLLMOptions:
+    """Engine options of the vLLM rollout backend (``rollout.backend: vllm``)."""
+
+    gpu_memory_utilization: float = 0.85
+    """Fraction of the GPU's memory the engine may claim for weights, activations and KV cache (CUDA only)."""
+    enforce_eager: bool = False
+    """Skip CUDA-graph capture / torch.compile: faster start-up, slower decoding."""
+    max_model_len: int | None = None
+    """Longest prompt + completion in tokens the KV cache is sized for (None: the model's maximum)."""
+    max_num_seqs: int | None = None
+    """Sequences decoded at once (None: vLLM's default)."""
+    cpu_kv_cache_gib: float = 1.0
+    """KV-cache size in GiB on CPU (the environment variable ``VLLM_CPU_KVCACHE_SPACE`` overrides it)."""
+
+    def __post_init__(self) -> None:
+        if not 0.0 < self.gpu_memory_utilization <= 1.0:
+            raise ConfigError(f"rollout.vllm.gpu_memory_utilization={self.gpu_memory_utilization} must be in (0, 1]")
+        for key in ("max_model_len", "max_num_seqs"):
+            value = getattr(self, key)
+            if value is not None and value < 1:
+                raise ConfigError(f"rollout.vllm.{key}={value} must be >= 1 (or null for vLLM's default)")
+        if not self.cpu_kv_cache_gib > 0:
+            raise ConfigError(f"rollout.vllm.cpu_kv_cache_gib={self.cpu_kv_cache_gib} must be > 0, e.g. 1.0")
+
+
+@dataclass(frozen=True)
 class WorkerSpec:
     name: str
     """Worker name (shown in metrics and logs)."""
@@ -94,10 +120,24 @@ class WorkerSpec:
     """Upload bandwidth in Mbit/s (reported; as in ``echo2 plan`` pool files)."""
     downlink_mbps: float | None = None
     """Download bandwidth in Mbit/s (reported; as in ``echo2 plan`` pool files)."""
+    endpoint: str | None = None
+    """``HOST:PORT`` of an ``echo2 worker serve`` process on a machine outside the Ray cluster (untrusted
+    rollout machines); None: a Ray actor. See README "Trust model"."""
+    token_env: str = "ECHO2_WORKER_TOKEN"
+    """Environment variable (on the learner) holding the token shared with that remote worker."""
+    resources: dict[str, float] = field(default_factory=dict)
+    """Ray custom resources this worker's actor requests, on top of (and overriding keys of)
+    ``rollout.worker_resources``; e.g. ``{node_a: 1}`` pins it to the node started with that resource."""
 
     def __post_init__(self) -> None:
+        if self.endpoint is not None:
+            host, sep, port = str(self.endpoint).rpartition(":")
+            if not (sep and host and port.isdigit() and 0 < int(port) < 65536):
+                raise ConfigError(f"worker {self.name!r}: endpoint={self.endpoint!r} must be HOST:PORT of an "
+                                  "`echo2 worker serve` process, e.g. 203.0.113.7:7100")
         if not self.name:
             raise ConfigError("rollout.workers: a worker name must be a non-empty string")
+        check_resources_map(self.resources, f"worker {self.name!r}: resources")
         for key, minimum in (("max_tokens_per_s", "> 0"), ("usd_per_hour", "≥ 0"), ("rollouts_per_s", "≥ 0"),
                              ("uplink_mbps", "> 0"), ("downlink_mbps", "> 0")):
             value = getattr(self, key)
@@ -127,14 +167,28 @@ class RolloutConfig:
     """Generation length limit per sample, in tokens."""
     backend: Literal["hf", "vllm"] = "hf"
     """Generation backend."""
+    vllm: VLLMOptions = field(default_factory=VLLMOptions)
+    """Engine options when ``backend`` is ``vllm``."""
     reward_timeout_s: float = 5.0
     """Deadline of one reward computation; a hang or crash scores 0 and is counted."""
     max_answer_chars: int = 4000
     """Completions longer than this score 0 without calling the reward."""
+    logprob_tolerance: float | None = 0.1
+    """Flag a worker whose sampler log-probs differ from the learner's recomputation by more than this
+    mean |Δ log-prob| per token on the same snapshot (staleness-0 samples); null: report, never flag."""
+    logprob_check_min_tokens: int = 256
+    """Same-snapshot tokens a worker must deliver before the tolerance is checked."""
     threads_per_worker: int = 1
     """torch threads in each worker process."""
     gpus_per_worker: float = 0.0
     """GPUs each worker actor reserves through Ray (0: the worker generates on CPU)."""
+    worker_resources: dict[str, float] = field(default_factory=dict)
+    """Ray custom resources every worker actor requests, e.g. ``{rollout: 1}`` to place workers only on
+    nodes started with ``ray start --resources='{"rollout": 4}'`` (at most 4 workers there); a worker's
+    own ``resources`` add to these and win on shared keys. Empty: anywhere in the cluster."""
+
+    def __post_init__(self) -> None:
+        check_resources_map(self.worker_resources, "rollout.worker_resources")
 
 
 @dataclass(frozen=True)
@@ -182,9 +236,19 @@ class RuntimeConfig:
     device: str = "auto"
     """Learner device: ``auto`` (cuda if available, else cpu), ``cpu`` or ``cuda``."""
     require_gpus: int = 0
-    """Refuse to start unless this many GPUs are visible (large-model configs set it)."""
+    """Refuse to start unless this many GPUs are visible (large-model configs set it). With a Ray
+    address and no ``learner_resources``, the learner is placed on a cluster node that has them."""
+    learner_resources: dict[str, float] = field(default_factory=dict)
+    """Ray custom resources of the learner, e.g. ``{learner: 1}`` for the node started with
+    ``ray start --resources='{"learner": 1}'``. Set (or a Ray address with ``require_gpus`` > 0), the
+    training driver runs as a Ray actor placed there (with ``require_gpus`` GPUs) and ``echo2 train``
+    streams its log; the run directory is then written on that node. Empty: the learner runs in the
+    ``echo2 train`` process."""
     poll_interval_s: float = 0.01
     """How often the driver collects finished rollouts."""
+
+    def __post_init__(self) -> None:
+        check_resources_map(self.learner_resources, "runtime.learner_resources")
 
 
 @dataclass(frozen=True)
@@ -208,14 +272,24 @@ class BroadcastConfig:
     """Chunk size in KiB (null: chosen from the link rates so that pipeline fill stays small)."""
     gamma: float = 1.1
     """T_bcast is the time until a fraction q = 1/γ of the active workers installed the snapshot."""
-    bind_host: str = "127.0.0.1"
-    """Address the learner and workers listen on; use ``0.0.0.0`` across machines."""
+    bind_host: str | None = None
+    """Address the learner and workers listen on (null: ``127.0.0.1`` on a Ray cluster this run started,
+    ``0.0.0.0`` when it joined one with ``--ray-address`` / ``runtime.ray_address``, or the cluster has
+    more than one node)."""
     advertise_host: str | None = None
-    """Address workers dial to reach the learner (null: ``bind_host``, or this node's IP when binding 0.0.0.0)."""
+    """Address workers dial to reach the learner (null: ``bind_host``, or this node's IP when binding 0.0.0.0;
+    each worker advertises its own node's IP)."""
+    port_range: tuple[int, int] | None = None
+    """Ports the broadcast listens on, ``[first, last]`` inclusive: the learner's control server and
+    source node take two, every worker one (on its node); open them in the firewall. Null: the OS picks
+    free ephemeral ports."""
     receive_timeout_s: float = 600.0
     """A worker gives up on a snapshot version it has not fully received after this long."""
 
     def __post_init__(self) -> None:
+        if self.port_range is not None and not 0 < self.port_range[0] <= self.port_range[1] < 65536:
+            raise ConfigError(f"broadcast.port_range={list(self.port_range)} must be [first, last] with "
+                              "0 < first ≤ last < 65536, e.g. [47000, 47099]; or null for ports the OS picks")
         if self.gamma < 1.0:
             raise ConfigError(f"broadcast.gamma={self.gamma} must be ≥ 1 (q = 1/γ is a fraction of workers); the paper uses 1.1")
         for name in ("uplink_mbps", "worker_mbps"):
@@ -294,6 +368,19 @@ class Echo2Config:
     @property
     def num_workers(self) -> int:
         return len(self.rollout.workers) or self.rollout.num_workers
+
+
+def check_resources_map(resources: dict, path: str) -> None:
+    """Ray resource requests: names are non-empty strings, amounts finite and > 0 (CPU/GPU have their own keys)."""
+    for name, amount in resources.items():
+        if not isinstance(name, str) or not name:
+            raise ConfigError(f"{path}: resource names must be non-empty strings, got {name!r}")
+        if name in ("CPU", "GPU", "memory", "object_store_memory"):
+            raise ConfigError(f"{path}: {name!r} is not a custom resource; GPUs are set with "
+                              "rollout.gpus_per_worker / runtime.require_gpus")
+        ok = isinstance(amount, (int, float)) and not isinstance(amount, bool) and math.isfinite(amount) and amount > 0
+        if not ok:
+            raise ConfigError(f"{path}: {name}={amount!r} must be a number > 0, e.g. {{{name}: 1}}")
 
 
 def resolve_kappa(staleness: int, kappa: int | None) -> int:

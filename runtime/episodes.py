@@ -59,6 +59,7 @@ def run_episodes(
     *,
     version: int,
     worker: str = "",
+    node: str = "",
     max_context_tokens: int = RecordLimits().max_total_tokens,
 ) -> EpisodeBatch:
     """Play ``n`` episodes of every example under the backend's weights; records built by the adapter.
@@ -114,6 +115,8 @@ def run_episodes(
         rollouts = []
         for ep in eps:
             meta: dict[str, Any] = {"worker": worker, "turns": len(ep.rewards)}
+            if node:
+                meta["node"] = node
             if id(ep) in errors:
                 meta["error"] = errors[id(ep)]
             status["episode_error" if id(ep) in errors else "ok"] += 1

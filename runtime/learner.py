@@ -185,6 +185,8 @@ class Learner:
         self.generator = torch.Generator(device="cpu").manual_seed(seed)
         self.version = 0
         self.num_optimizer_steps = 0
+        self.last_agreement: dict[str, Tensor] = {}
+        """Per sequence of the last step, in batch order: θ_old vs sampler log-prob sums (runtime.agreement)."""
 
     # ------------------------------------------------------------------ training
     def train_step(self, batch: TrainBatch) -> dict[str, float]:
@@ -216,6 +218,7 @@ class Learner:
                 self._logprobs(self.ref_model, mb) if self.ref_model is not None else None
                 for mb in minibatches
             ]
+            self.last_agreement = _agreement_in_batch_order(len(batch), splits, minibatches, old_logprobs)
 
         per_mb: list[dict[str, float]] = []
         tokens_per_mb: list[float] = []
@@ -315,6 +318,17 @@ class Learner:
     def load_checkpoint(self, path: str) -> dict:
         """Restore weights, optimizer, version and all RNG states from ``path``; return ``extra``."""
         return load_learner_checkpoint(self, path)
+
+
+def _agreement_in_batch_order(size: int, splits, minibatches, old_logprobs) -> dict[str, Tensor]:
+    """Per-sequence θ_old vs sampler log-prob sums (``runtime.agreement``), [size] each, in batch order."""
+    from echo2_sdk.runtime.agreement import sequence_agreement
+
+    out: dict[str, Tensor] = {}
+    for idx, mb, old_lp in zip(splits, minibatches, old_logprobs):
+        for key, values in sequence_agreement(old_lp, mb.sampler_logprobs, mb.loss_mask).items():
+            out.setdefault(key, torch.zeros(size))[idx] = values.cpu()
+    return out
 
 
 def _combine_minibatch_metrics(

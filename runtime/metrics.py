@@ -30,6 +30,8 @@ class RunStats:
     dropped_by_worker: Counter = field(default_factory=Counter)
     """Samples dropped as stale, by the worker that generated them (stale on arrival or in the buffer)."""
     reward_status: Counter = field(default_factory=Counter)
+    trained_by_node: Counter = field(default_factory=Counter)
+    """Samples trained on, by the Ray node that generated them (the rollout's ``meta["node"]``)."""
     staleness_counts: Counter = field(default_factory=Counter)
     first_rollout: dict = field(default_factory=dict)
     """version → seconds since start at which its first group reached the learner."""
@@ -64,6 +66,7 @@ class RunStats:
         staleness = [v_t - r.version for r in records]
         self.staleness_counts.update(staleness)
         self.prompts_trained.update(r.prompt_key for r in records)
+        self.trained_by_node.update(str(r.meta.get("node", "")) for r in records)
         self.t_train_s += t_train
         wall = time.perf_counter() - trainer.t_start
         d_wall = wall - self._last.get("wall", 0.0)
@@ -93,7 +96,7 @@ class RunStats:
     def to_dict(self) -> dict[str, Any]:
         d = {k: v for k, v in self.__dict__.items()}
         d["prompts_trained"] = sorted(self.prompts_trained)
-        for k in ("reject_reasons", "reward_status", "staleness_counts", "dropped_by_worker"):
+        for k in ("reject_reasons", "reward_status", "staleness_counts", "dropped_by_worker", "trained_by_node"):
             d[k] = {str(a): b for a, b in d[k].items()}
         d["first_rollout"] = {str(a): b for a, b in self.first_rollout.items()}
         d["publish_s"] = {str(a): b for a, b in self.publish_s.items()}
@@ -104,8 +107,9 @@ class RunStats:
     def from_dict(cls, d: dict[str, Any]) -> "RunStats":
         s = cls(**{k: v for k, v in d.items() if k not in (
             "reject_reasons", "reward_status", "staleness_counts", "prompts_trained", "first_rollout", "publish_s", "publish_wall",
-            "dropped_by_worker")})
+            "dropped_by_worker", "trained_by_node")})
         s.dropped_by_worker = Counter(d.get("dropped_by_worker", {}))
+        s.trained_by_node = Counter(d.get("trained_by_node", {}))
         s.reject_reasons = Counter(d.get("reject_reasons", {}))
         s.reward_status = Counter(d.get("reward_status", {}))
         s.staleness_counts = Counter({int(k): v for k, v in d.get("staleness_counts", {}).items()})
@@ -158,6 +162,7 @@ def summarize(trainer, rows: list[dict[str, Any]]) -> dict[str, Any]:
         "samples_accepted": s.accepted,
         "samples_dropped_stale": s.dropped_stale,
         "samples_dropped_stale_by_worker": dict(s.dropped_by_worker),
+        "samples_trained_by_node": dict(s.trained_by_node),
         "samples_rejected": s.rejected,
         "reject_reasons": dict(s.reject_reasons),
         "reward_status": dict(s.reward_status),

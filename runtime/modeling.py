@@ -183,6 +183,16 @@ def resolve_dtype(dtype: str | torch.dtype) -> torch.dtype:
     return _DTYPES[dtype]
 
 
+def load_tokenizer(path: str):
+    """The policy's tokenizer, padding on the left (for generation), with a pad token."""
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    tokenizer.padding_side = "left"
+    if tokenizer.pad_token is None:
+        # Many base checkpoints ship without a pad token; eos is the conventional stand-in.
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
 def load_policy(
     name_or_path: str,
     *,
@@ -205,11 +215,7 @@ def load_policy(
         )
     else:
         path = name_or_path
-    tokenizer = AutoTokenizer.from_pretrained(path)
-    tokenizer.padding_side = "left"
-    if tokenizer.pad_token is None:
-        # Many base checkpoints ship without a pad token; eos is the conventional stand-in.
-        tokenizer.pad_token = tokenizer.eos_token
+    tokenizer = load_tokenizer(path)
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype)
     if model.generation_config.pad_token_id is None:
         model.generation_config.pad_token_id = tokenizer.pad_token_id

@@ -15,6 +15,7 @@ from typing import Any, Sequence
 import ray
 
 from echo2_sdk.adapter import Example
+from echo2_sdk.runtime.remote.codec import example_to_dict, result_from_json
 from echo2_sdk.runtime.worker import GenerationResult, RolloutWorker
 
 CONTROL = "control"
@@ -76,6 +77,8 @@ class WorkerSlot:
     """time.perf_counter() of the current activation (None while inactive)."""
     active_s: float = 0.0
     """Seconds it was active over finished activations."""
+    node: str = ""
+    """Ray node id its latest result came from (learned from results; empty before the first)."""
 
 
 class RolloutPool:
@@ -87,13 +90,22 @@ class RolloutPool:
         transport: SnapshotTransport | None = None,
         queue_depth: int = 2,
         gpus_per_worker: float = 0.0,
+        resources: dict[str, float] | None = None,
+        model_files: Any = None,
         lazy: bool = False,
     ) -> None:
-        """``lazy``: start no actor yet; :meth:`activate` starts them (the pool scheduler decides which)."""
+        """``lazy``: start no actor yet; :meth:`activate` starts them (the pool scheduler decides which).
+        ``resources``: Ray custom resources every worker actor requests (a spec's own ``resources`` add
+        to them and win on shared keys), e.g. ``{"rollout": 1}`` to keep workers on rollout nodes.
+        ``model_files``: the base model folder packed by ``model_files.pack`` for Ray workers on nodes
+        that lack it."""
         # Several control threads: a P2P receive blocks one until its version is in, and must not hold
         # up a direct install or the shutdown call behind it.
         self._remote_cls = ray.remote(concurrency_groups={CONTROL: 4})(RolloutWorker)
         self._worker_kwargs, self._gpus_per_worker = worker_kwargs, gpus_per_worker
+        self._resources = dict(resources or {})
+        self._ray_only_kwargs = {"model_files": model_files} if model_files is not None else {}
+        self._remote_proxy_cls: Any = None
         self._starting: dict[Any, WorkerSlot] = {}
         self.latest: tuple[dict, int] | None = None
         """The latest (state_dict, version) published through the pool: installed on every activation."""
@@ -115,8 +127,35 @@ class RolloutPool:
         # max_concurrency=2: one request generates while the previous one scores its rewards.
         kw = self._worker_kwargs
         seed = kw["seed"] + 7919 * (slot.index + 1) + 104729 * slot.starts  # a restart samples anew
-        slot.actor = self._remote_cls.options(num_cpus=0, num_gpus=self._gpus_per_worker, max_concurrency=2).remote(
+        if slot.spec.get("endpoint"):  # a worker outside Ray (`echo2 worker serve`)
+            self._start_remote(slot, {**kw, "seed": seed})
+            return
+        resources = {**self._resources, **(slot.spec.get("resources") or {})}  # placement: rollout nodes
+        slot.actor = self._remote_cls.options(num_cpus=0, num_gpus=self._gpus_per_worker, max_concurrency=2,
+                                              resources=resources or None).remote(
             slot.name, max_tokens_per_s=slot.spec.get("max_tokens_per_s"), **{**kw, "seed": seed},
+            **self._ray_only_kwargs,
+        )
+        slot.starts += 1
+        slot.active_since = time.perf_counter()
+
+    def _start_remote(self, slot: WorkerSlot, kwargs: dict) -> None:
+        """A proxy actor pinned to this (the learner's) node speaks to the remote worker: the remote
+        machine never joins Ray, and its replies are JSON checked by the driver (README "Trust model")."""
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        from echo2_sdk.runtime.remote.protocol import token_from_env
+
+        if self._remote_proxy_cls is None:
+            from echo2_sdk.runtime.remote.proxy import RemoteWorkerProxy
+
+            self._remote_proxy_cls = ray.remote(concurrency_groups={CONTROL: 4})(RemoteWorkerProxy)
+        token_env = slot.spec.get("token_env") or "ECHO2_WORKER_TOKEN"
+        token = token_from_env(token_env).decode()
+        here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
+        slot.actor = self._remote_proxy_cls.options(num_cpus=0, max_concurrency=4, scheduling_strategy=here).remote(
+            slot.name, endpoint=slot.spec["endpoint"], token=token,
+            max_tokens_per_s=slot.spec.get("max_tokens_per_s"), **kwargs,
         )
         slot.starts += 1
         slot.active_since = time.perf_counter()
@@ -227,7 +266,7 @@ class RolloutPool:
         return all(s.dead or s.lost for s in self.slots)
 
     def submit(self, slot: WorkerSlot, examples: list[Example]) -> None:
-        ref = slot.actor.generate.remote(examples)
+        ref = slot.actor.generate_wire.remote([example_to_dict(ex) for ex in examples])
         slot.inflight.append(ref)
         self._ref_owner[ref] = slot
 
@@ -260,10 +299,11 @@ class RolloutPool:
             slot.inflight.remove(ref)
             slot.last_progress = time.perf_counter()
             try:
-                result = ray.get(ref)
-            except Exception as exc:  # a crashed request is data: count it and go on
+                result = result_from_json(ray.get(ref))
+            except Exception as exc:  # a crashed request or a malformed reply is data: count it and go on
                 slot.errors += 1
-                slot.dead = slot.dead or isinstance(exc, ray.exceptions.RayActorError)
+                # A remote worker's lost connection surfaces as ConnectionError: it is gone like a dead actor.
+                slot.dead = slot.dead or isinstance(exc, (ray.exceptions.RayActorError, ConnectionError))
                 out.append((slot, exc))
                 continue
             slot.samples += sum(len(g["rollouts"]) for g in result.groups)
@@ -272,6 +312,7 @@ class RolloutPool:
             slot.reward_s += result.t_reward_s
             slot.throttle_s += result.t_throttle_s
             slot.version = result.version
+            slot.node = result.node or slot.node
             out.append((slot, result))
         return out
 
@@ -286,6 +327,7 @@ class RolloutPool:
         return [
             {
                 "name": s.name,
+                "node": s.node,
                 "gpu": s.spec.get("gpu", "cpu"),
                 "max_tokens_per_s": s.spec.get("max_tokens_per_s"),
                 "usd_per_hour": s.spec.get("usd_per_hour") or 0.0,

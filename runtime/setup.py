@@ -140,11 +140,57 @@ def init_ray(cfg: Echo2Config, address: str | None) -> bool:
     kwargs = dict(include_dashboard=False, logging_level="WARNING", log_to_driver=True,
                   runtime_env={"env_vars": {**quiet, "OMP_NUM_THREADS": "1"}})
     if address:
-        ray.init(address=address, **kwargs)
+        try:
+            ray.init(address=address, **kwargs)
+        except (ConnectionError, RuntimeError) as exc:
+            raise ResourceError(
+                f"could not join the Ray cluster at {address!r} ({type(exc).__name__}: {str(exc).splitlines()[0][:300]}). "
+                "Check that `ray start --head` runs there and the port is reachable; if the head uses token "
+                "authentication (Ray's default when ~/.ray/auth_token exists), export RAY_AUTH_MODE=token here "
+                "and copy the head's token (`ray get-auth-token`) to ~/.ray/auth_token (README 'Scale out')"
+            ) from exc
         return True
     num_cpus = cfg.runtime.ray_num_cpus or max(2, cfg.num_workers + 1)
     ray.init(num_cpus=num_cpus, **kwargs)
     return True
+
+
+def joined_cluster(cfg: Echo2Config, address: str | None = None) -> bool:
+    """True when the run uses a Ray cluster it did not start itself (an address was given) or one
+    with more than one node: the broadcast must then listen beyond loopback."""
+    import ray
+
+    if address or cfg.runtime.ray_address:
+        return True
+    return sum(1 for n in ray.nodes() if n.get("Alive")) > 1
+
+
+def _offered(requested: dict[str, float], node: dict) -> bool:
+    have = node.get("Resources", {})
+    return all(have.get(k, 0.0) >= v for k, v in requested.items())
+
+
+def check_placement(cfg: Echo2Config, specs: list[dict]) -> None:
+    """Fail fast (instead of waiting forever for an infeasible actor) when no alive node of the
+    cluster offers the custom resources a rollout worker requests."""
+    import ray
+
+    nodes = [n for n in ray.nodes() if n.get("Alive")]
+    base = dict(cfg.rollout.worker_resources)
+    for spec in specs:
+        if spec.get("endpoint"):
+            continue  # outside Ray: no placement
+        want = {**base, **(spec.get("resources") or {})}
+        if cfg.rollout.gpus_per_worker > 0:
+            want["GPU"] = cfg.rollout.gpus_per_worker
+        if want and not any(_offered(want, n) for n in nodes):
+            offered = sorted({k for n in nodes for k in n.get("Resources", {}) if not k.startswith("node:")})
+            raise ResourceError(
+                f"rollout worker {spec['name']!r} requests Ray resources {want} (rollout.worker_resources "
+                f"{base or '{}'} + its own resources {spec.get('resources') or '{}'}), but no node of the "
+                f"cluster offers them (resources there: {', '.join(offered)}). Start a rollout node with "
+                f"`ray start --address=HEAD:6379 --resources='{{\"{next(iter(want))}\": 4}}'` or change the config"
+            )
 
 
 def worker_specs(cfg: Echo2Config) -> list[dict]:
@@ -154,7 +200,22 @@ def worker_specs(cfg: Echo2Config) -> list[dict]:
     return [dataclasses.asdict(w) for w in resolve_workers(cfg)]
 
 
-def build_transport(cfg: Echo2Config):
+def broadcast_bind_host(cfg: Echo2Config, address: str | None = None) -> str:
+    """``broadcast.bind_host``, or when null: all interfaces on a joined / multi-node cluster, else loopback."""
+    if cfg.broadcast.bind_host is not None:
+        return cfg.broadcast.bind_host
+    return "0.0.0.0" if joined_cluster(cfg, address) or _remote_workers_off_loopback(cfg) else "127.0.0.1"
+
+
+def _remote_workers_off_loopback(cfg: Echo2Config) -> bool:
+    """An ``echo2 worker serve`` on another machine must reach the learner's broadcast ports."""
+    from echo2_sdk.config import resolve_workers
+
+    hosts = [w.endpoint.rpartition(":")[0] for w in resolve_workers(cfg) if w.endpoint]
+    return any(h not in ("127.0.0.1", "localhost", "::1", "[::1]") for h in hosts)
+
+
+def build_transport(cfg: Echo2Config, address: str | None = None):
     """The snapshot transport named by ``broadcast.transport`` (P2P striped chains by default)."""
     b = cfg.broadcast
     if b.transport == "object_store":
@@ -163,13 +224,15 @@ def build_transport(cfg: Echo2Config):
         return ObjectStoreTransport()
     from echo2_sdk.runtime.broadcast.ray_transport import P2PSnapshotTransport
 
+    bind = broadcast_bind_host(cfg, address)
     advertise = b.advertise_host
-    if advertise is None and b.bind_host == "0.0.0.0":  # workers on other nodes must dial a real address
+    if advertise is None and bind == "0.0.0.0":  # workers on other nodes must dial a real address
         import ray
 
         advertise = ray.util.get_node_ip_address()
     return P2PSnapshotTransport(
         topology=b.topology, uplink_mbps=b.uplink_mbps, worker_mbps=b.worker_mbps, latency_ms=b.latency_ms,
-        chunk_kb=b.chunk_kb, bind_host=b.bind_host, advertise_host=advertise,
-        worker_bind_host=b.bind_host, receive_timeout_s=b.receive_timeout_s, emulate_worker_links=b.emulate_links,
+        chunk_kb=b.chunk_kb, bind_host=bind, advertise_host=advertise,
+        worker_bind_host=bind, receive_timeout_s=b.receive_timeout_s, emulate_worker_links=b.emulate_links,
+        port_range=b.port_range,
     )

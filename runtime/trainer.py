@@ -66,18 +66,27 @@ class Trainer:
         self.limits = RecordLimits(vocab_size=len(self.tokenizer))
         self.owns_ray = setup.init_ray(cfg, ray_address)
         r = cfg.rollout
+        specs = setup.worker_specs(cfg)
+        setup.check_placement(cfg, specs)
+        model_files = None
+        if setup.joined_cluster(cfg, ray_address):  # workers on other nodes may lack a local base model
+            from echo2_sdk.runtime.model_files import pack
+
+            model_files = pack(self.base_path)
         self.pool = RolloutPool(
-            setup.worker_specs(cfg),
+            specs,
             dict(
                 model_path=self.base_path, task_name=cfg.task.name, task_options=dict(cfg.task.options),
                 sampling=SamplingParams(r.temperature, r.top_p, r.max_new_tokens, cfg.train.seed),
                 samples_per_prompt=r.samples_per_prompt, seed=cfg.train.seed, dtype=cfg.model.dtype,
                 threads=r.threads_per_worker, reward_timeout_s=r.reward_timeout_s,
                 max_answer_chars=r.max_answer_chars, backend=r.backend,
-                device="cuda" if r.gpus_per_worker > 0 else "cpu",
+                device="cuda" if r.gpus_per_worker > 0 else "cpu", vllm_options=r.vllm,
             ),
             gpus_per_worker=r.gpus_per_worker,
-            transport=setup.build_transport(cfg),
+            resources=r.worker_resources,
+            model_files=model_files,
+            transport=setup.build_transport(cfg, ray_address),
             lazy=cfg.scheduler.enabled,  # the pool scheduler starts the workers it activates
         )
         self.controller = (PoolController.from_config(cfg, self.pool, self.run.path, kappa=self.kappa, log=log)
@@ -88,6 +97,9 @@ class Trainer:
         self.deliveries = DeliveryTracker(self.pool.transport, gamma=cfg.broadcast.gamma,
                                           timeout_s=cfg.broadcast.receive_timeout_s)
         self._fresh_delivery: dict | None = None
+        from echo2_sdk.runtime.agreement import SamplerAgreement
+
+        self.agreement = SamplerAgreement(r.logprob_tolerance, r.logprob_check_min_tokens, log=log)
         self.t_start = time.perf_counter()
         if self.learner.version > 0:  # resumed: workers start from the restored weights
             self._wait_installed(self._publish())
@@ -118,6 +130,7 @@ class Trainer:
             "transport": cfg.broadcast.transport, "topology": cfg.broadcast.topology,
             **delivery_summary(self.stats.deliveries), "by_version": self._version_table(),
         }
+        summary["sampler_agreement"] = self.agreement.summary()
         if cfg.train.plots:
             from echo2_sdk.runtime.plots import write_plots
 
@@ -258,6 +271,8 @@ class Trainer:
         t_train = time.perf_counter() - t0
         self.step += 1
         row = self.stats.step_row(self, records, v_t, t_train, metrics)
+        row.update(self.agreement.update([str(r.meta.get("worker", "")) for r in records],
+                                         [v_t - r.version for r in records], self.learner.last_agreement))
         if self.controller is not None:
             row.update(self.controller.on_step(time.perf_counter(), t_train,
                                                row["accepted"], row["reward_mean"]))

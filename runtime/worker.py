@@ -41,6 +41,8 @@ class GenerationResult:
     reward_status: dict[str, int] = field(default_factory=dict)
     installed: dict[int, float] = field(default_factory=dict)
     """Versions installed since the last call → wall time (time.time()) of the install."""
+    node: str = ""
+    """Where it was generated: the Ray node id of the worker's actor (the hostname outside Ray)."""
 
 
 class RolloutWorker(BroadcastReceiverMixin):
@@ -57,10 +59,12 @@ class RolloutWorker(BroadcastReceiverMixin):
         dtype: str = "float32",
         threads: int = 1,
         max_tokens_per_s: float | None = None,
+        model_files: Any = None,
         reward_timeout_s: float = 5.0,
         max_answer_chars: int = 4000,
         backend: str = "hf",
         device: str = "cpu",
+        vllm_options: Any = None,
     ) -> None:
         torch.set_num_threads(threads)
         import transformers
@@ -68,6 +72,11 @@ class RolloutWorker(BroadcastReceiverMixin):
         transformers.utils.logging.disable_progress_bar()
         torch.manual_seed(seed)
         self.name = name
+        self.node_id = current_node_id()
+        if model_files is not None:  # the base model folder lives on the learner's node only
+            from echo2_sdk.runtime.model_files import materialize
+
+            model_path = materialize(model_path, model_files)
         self.sampling = sampling
         self.n = samples_per_prompt
         self.max_tokens_per_s = max_tokens_per_s
@@ -75,7 +84,8 @@ class RolloutWorker(BroadcastReceiverMixin):
         self.guard = RewardGuard(
             task_name, task_options, seed, timeout_s=reward_timeout_s, max_chars=max_answer_chars
         )
-        self.backend, self.tokenizer = _make_backend(backend, model_path, dtype, device)
+        self.backend, self.tokenizer = _make_backend(backend, model_path, dtype, device, seed=seed,
+                                                     vllm_options=vllm_options)
         self.version = 0
         self._lock = threading.Lock()
         self._pending: tuple[dict, int] | None = None
@@ -148,7 +158,8 @@ class RolloutWorker(BroadcastReceiverMixin):
                         omega=self.adapter.materialize(ex, prompt_ids, comp.token_ids),
                         sampler_logprobs=comp.logprobs,
                         prompt_key=ex.id,
-                        meta={"worker": self.name, "finish": comp.finish_reason, "reward_status": res.status},
+                        meta={"worker": self.name, "node": self.node_id, "finish": comp.finish_reason,
+                              "reward_status": res.status},
                     )
                 )
             groups.append(group_to_wire(
@@ -164,7 +175,16 @@ class RolloutWorker(BroadcastReceiverMixin):
             t_throttle_s=t_throttle,
             reward_status=status,
             installed=installed,
+            node=self.node_id,
         )
+
+    def generate_wire(self, examples: Sequence[dict]) -> bytes:
+        """What the pool calls: examples as JSON-able dicts in, the result as a JSON document out.
+
+        Nothing on the worker → learner path is pickled (``echo2_sdk.runtime.remote.codec``)."""
+        from echo2_sdk.runtime.remote.codec import example_from_dict, result_to_json
+
+        return result_to_json(self.generate([example_from_dict(e) for e in examples]))
 
     def _generate_episodes(self, examples: Sequence[Example]) -> GenerationResult:
         """Multi-turn tasks: n episodes per example in lock-step (``echo2_sdk.runtime.episodes``).
@@ -182,14 +202,14 @@ class RolloutWorker(BroadcastReceiverMixin):
             self._calls += 1
             params = dataclasses.replace(self.sampling, seed=seed)
             batch = run_episodes(self.adapter, self.backend, self.tokenizer, examples, self.n, params,
-                                 version=version, worker=self.name)
+                                 version=version, worker=self.name, node=self.node_id)
             t_gen = time.perf_counter() - t0
             t_throttle = self._throttle(batch.num_tokens, t_gen)
             installed, self._installed = self._installed, {}
         return GenerationResult(
             worker=self.name, groups=[group_to_wire(g) for g in batch.groups], version=version,
             num_tokens=batch.num_tokens, t_generate_s=t_gen, t_reward_s=0.0, t_throttle_s=t_throttle,
-            reward_status=batch.reward_status, installed=installed,
+            reward_status=batch.reward_status, installed=installed, node=self.node_id,
         )
 
     def _prompt_ids(self, example: Example) -> list[int]:
@@ -215,14 +235,45 @@ class RolloutWorker(BroadcastReceiverMixin):
     def close(self) -> None:
         self.broadcast_close()
         self.guard.close()
+        getattr(self.backend, "close", lambda: None)()  # a vLLM engine holds a process and memory
 
 
-def _make_backend(kind: str, model_path: str, dtype: str, device: str):
-    from echo2_sdk.runtime.modeling import load_policy
+def current_node_id() -> str:
+    """The Ray node id of this process when it runs inside Ray (an actor, a task or a connected
+    driver), else the hostname: ``RolloutWorker`` stays usable without Ray."""
+    import sys
+
+    if "ray" in sys.modules:  # never import Ray just to ask
+        try:
+            import ray
+
+            if ray.is_initialized():
+                return ray.get_runtime_context().get_node_id()
+        except Exception:  # an unusual Ray state must not stop a worker from starting
+            pass
+    import socket
+
+    return socket.gethostname()
+
+
+def _make_backend(kind: str, model_path: str, dtype: str, device: str, *, seed: int = 0,
+                  vllm_options: Any = None):
+    """(backend, tokenizer) for ``rollout.backend``; ``vllm_options``: a VLLMOptions or its dict."""
+    from echo2_sdk.runtime.modeling import TINY_MODEL_NAME, ensure_tiny_qwen3, load_policy
 
     if kind == "hf":
         from echo2_sdk.runtime.backends.hf import HFBackend
 
         model, tokenizer = load_policy(model_path, dtype=dtype, device=device)
         return HFBackend(model, tokenizer, device=device), tokenizer
-    raise ValueError(f"rollout.backend={kind!r} is not available yet; use 'hf'")
+    if kind == "vllm":
+        from echo2_sdk.runtime.backends.vllm import VLLMBackend, VLLMOptions
+        from echo2_sdk.runtime.modeling import load_tokenizer
+
+        path = ensure_tiny_qwen3() if model_path == TINY_MODEL_NAME else model_path
+        tokenizer = load_tokenizer(path)  # the tokenizer alone: the weights live only in the engine
+        if isinstance(vllm_options, dict):
+            vllm_options = VLLMOptions(**vllm_options)
+        backend = VLLMBackend(path, tokenizer, dtype=dtype, device=device, seed=seed, options=vllm_options)
+        return backend, tokenizer
+    raise ValueError(f"rollout.backend={kind!r} is not a backend; use 'hf' or 'vllm'")

@@ -85,3 +85,12 @@ class GenerationBackend(ABC):
     @abstractmethod
     def load_weights(self, state_dict: dict[str, torch.Tensor], version: int) -> None:
         """Copy `state_dict` into the live model and set `self.version = version`."""
+
+
+def check_generate_args(prompts: list[list[int]], n: int) -> None:
+    """The argument checks every backend's ``generate`` starts with (ValueError says what and the value)."""
+    if n < 1:
+        raise ValueError(f"n (completions per prompt) must be >= 1, got {n}")
+    for index, prompt in enumerate(prompts):
+        if len(prompt) == 0:
+            raise ValueError(f"prompt {index} is empty; every prompt needs at least one token")

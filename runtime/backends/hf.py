@@ -20,6 +20,7 @@ from echo2_sdk.runtime.backends.base import (
     Completion,
     GenerationBackend,
     SamplingParams,
+    check_generate_args,
 )
 from echo2_sdk.runtime.logprobs import (
     logprob_temperature,
@@ -102,11 +103,7 @@ class HFBackend(GenerationBackend):
 
         All len(prompts) * n rows run as one left-padded batch; a row stops at its first eos.
         """
-        if n < 1:
-            raise ValueError(f"n (completions per prompt) must be >= 1, got {n}")
-        for index, prompt in enumerate(prompts):
-            if len(prompt) == 0:
-                raise ValueError(f"prompt {index} is empty; every prompt needs at least one token")
+        check_generate_args(prompts, n)
         if not prompts:
             return []
         token_ids, logprobs, lengths, stopped = self._sample_batch(prompts, n, params)

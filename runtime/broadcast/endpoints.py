@@ -50,12 +50,27 @@ class _LoopThread:
         self.thread.join(timeout=5)
 
 
+async def listen_in_range(start, port_range: tuple[int, int] | None):
+    """``await start(port)`` on the first free port of ``port_range`` (inclusive; None: port 0, the OS
+    picks). Several processes on one node may race for the range: a taken port is skipped."""
+    if not port_range:
+        return await start(0)
+    first, last = port_range
+    for port in range(first, last + 1):
+        try:
+            return await start(port)
+        except OSError:  # in use (by another worker on this node, or anything else)
+            continue
+    raise OSError(f"no free port in broadcast.port_range [{first}, {last}]: the learner needs 2 and every "
+                  "worker on a node 1; widen the range")
+
+
 class LearnerBroadcaster:
     def __init__(
         self, *, topology: str = "chain", uplink_mbps: float | None = None, worker_mbps: float | None = None,
         latency_ms: float = 0.0, chunk_kb: int | None = None, stripes: int | None = None,
         bind_host: str = "127.0.0.1", advertise_host: str | None = None, control_port: int = 0,
-        stall_timeout_s: float = 3.0, signing_key=None,
+        stall_timeout_s: float = 3.0, signing_key=None, port_range: tuple[int, int] | None = None,
     ) -> None:
         self.topology, self.uplink_mbps, self.worker_mbps = topology, uplink_mbps, worker_mbps
         self.chunk_kb, self.stripes = chunk_kb, stripes
@@ -70,12 +85,16 @@ class LearnerBroadcaster:
         self.server: ControlServer | None = None
         self.coordinator: Coordinator | None = None
         self._publishing: dict[int, concurrent.futures.Future] = {}
-        self._thread.run(self._start(bind_host, advertise_host, control_port))
+        self._thread.run(self._start(bind_host, advertise_host, control_port, port_range))
 
-    async def _start(self, bind_host: str, advertise_host: str | None, control_port: int) -> None:
-        self.coordinator = Coordinator(await self.source.start())
+    async def _start(self, bind_host: str, advertise_host: str | None, control_port: int,
+                     port_range: tuple[int, int] | None = None) -> None:
+        self.coordinator = Coordinator(await listen_in_range(self.source.start, port_range))
         self.server = ControlServer(self.coordinator, host=bind_host)
-        _, port = await self.server.start(control_port)
+        if control_port:
+            _, port = await self.server.start(control_port)
+        else:
+            _, port = await listen_in_range(self.server.start, port_range)
         self.control_address = (advertise_host or bind_host, port)
 
     def registered(self) -> list[str]:
@@ -173,8 +192,10 @@ class WorkerBroadcastEndpoint:
     def __init__(
         self, node_id: str, control_address: tuple[str, int], public_key: bytes, *, link: LinkProfile | dict | None = None,
         bind_host: str = "127.0.0.1", advertise_host: str | None = None, stall_timeout_s: float = 3.0,
+        port_range: tuple[int, int] | None = None,
     ) -> None:
         self.node_id = node_id
+        self._port_range = port_range
         link = link if isinstance(link, LinkProfile) else LinkProfile(**(link or {}))
         self._thread = _LoopThread(f"echo2-broadcast-{node_id}")
         self._cond = threading.Condition()
@@ -190,7 +211,7 @@ class WorkerBroadcastEndpoint:
     async def _start(self, control_address: tuple[str, int]) -> tuple[str, int]:
         self.client = await TcpControlClient.connect(*control_address, self._on_command)
         self.node.control = self.client
-        peer = await self.node.start()
+        peer = await listen_in_range(self.node.start, self._port_range)
         self.client.send({"op": "register", "host": self.node_id, "nodes": [asdict(peer)]})
         self._runner = asyncio.ensure_future(self.client.run())
         return peer.host, peer.port
@@ -257,9 +278,11 @@ class BroadcastReceiverMixin:
 
     def broadcast_start(self, node_id: str, control_address: tuple[str, int], public_key: bytes,
                         link: dict | None = None, bind_host: str = "127.0.0.1",
-                        advertise_host: str | None = None) -> tuple[str, int]:
+                        advertise_host: str | None = None,
+                        port_range: tuple[int, int] | None = None) -> tuple[str, int]:
         """Start this worker's node (once); returns the address its children dial. Binding 0.0.0.0
-        without an ``advertise_host`` advertises Ray's idea of this node's IP."""
+        without an ``advertise_host`` advertises Ray's idea of this node's IP. ``port_range``: listen on
+        the first free port of it (None: an ephemeral port)."""
         if bind_host == "0.0.0.0" and advertise_host is None:
             import ray  # only in this case: the endpoint itself does not need Ray
 
@@ -267,6 +290,7 @@ class BroadcastReceiverMixin:
         if self._broadcast_endpoint is None:
             self._broadcast_endpoint = WorkerBroadcastEndpoint(
                 node_id, control_address, public_key, link=link, bind_host=bind_host, advertise_host=advertise_host,
+                port_range=port_range,
             )
         return self._broadcast_endpoint.address
 

@@ -31,13 +31,16 @@ class P2PSnapshotTransport(SnapshotTransport):
                  worker_mbps: float | None = None, latency_ms: float = 0.0, chunk_kb: int | None = None,
                  bind_host: str = "127.0.0.1", advertise_host: str | None = None,
                  worker_bind_host: str = "127.0.0.1", receive_timeout_s: float = 600.0,
-                 emulate_worker_links: bool = False) -> None:
+                 emulate_worker_links: bool = False, port_range: tuple[int, int] | None = None) -> None:
         """``emulate_worker_links`` shapes every worker's node at ``worker_mbps`` (single-machine
-        experiments); on real WAN workers leave it off and let the network do the limiting."""
+        experiments); on real WAN workers leave it off and let the network do the limiting.
+        ``port_range``: (first, last) ports the learner's two listeners and each worker's one take
+        (None: ephemeral ports)."""
         self.broadcaster = LearnerBroadcaster(
             topology=topology, uplink_mbps=uplink_mbps, worker_mbps=worker_mbps, latency_ms=latency_ms,
-            chunk_kb=chunk_kb, bind_host=bind_host, advertise_host=advertise_host,
+            chunk_kb=chunk_kb, bind_host=bind_host, advertise_host=advertise_host, port_range=port_range,
         )
+        self.port_range = port_range
         self.worker_link = (
             {"uplink_mbps": worker_mbps, "downlink_mbps": worker_mbps, "latency_ms": latency_ms}
             if emulate_worker_links else {}
@@ -62,10 +65,11 @@ class P2PSnapshotTransport(SnapshotTransport):
         new = [(w, i) for w, i in zip(workers, ids) if i not in self.broadcaster.registered()]
         broken: set[str] = set()
         if new:
+            extra = {"port_range": tuple(self.port_range)} if self.port_range else {}
             refs = [
                 w.broadcast_start.options(concurrency_group=CONTROL).remote(
                     i, self.broadcaster.control_address, self.broadcaster.public_key, self.worker_link,
-                    self.worker_bind_host,
+                    self.worker_bind_host, **extra,
                 )
                 for w, i in new
             ]

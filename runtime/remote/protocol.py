@@ -1,0 +1,123 @@
+"""Framing and authentication between the learner side and a rollout worker outside Ray.
+
+Every frame: ``header length u32 | payload length u64 | JSON header | payload bytes``. The JSON header
+carries the operation and a request id; the optional raw payload carries safetensors snapshot bytes,
+learner → worker only (a worker's replies are JSON headers and nothing else, so the learner parses no
+binary data from workers). Both sides prove knowledge of a shared token before anything else
+(HMAC-SHA256 over the other side's fresh nonce and a role label), so neither a stranger nor a replayed
+conversation can drive a worker or feed the learner. The link is authenticated, not encrypted: run it
+over a VPN or SSH tunnel when prompts must stay private (README "Trust model").
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import os
+import secrets
+import socket
+import struct
+import threading
+
+PREFIX = struct.Struct("!IQ")
+MAX_HEADER_BYTES = 512 * 1024 * 1024
+"""A generate reply travels in the header; anything larger is refused unread."""
+MAX_PAYLOAD_BYTES = 64 * 1024**3
+PROTOCOL = "echo2-worker/1"
+TOKEN_ENV = "ECHO2_WORKER_TOKEN"
+
+
+class ProtocolError(ConnectionError):
+    """The peer broke the protocol (bad frame, failed authentication, oversized message)."""
+
+
+def token_from_env(name: str = TOKEN_ENV) -> bytes:
+    value = os.environ.get(name, "")
+    if len(value) < 16:
+        raise ProtocolError(
+            f"environment variable {name} must hold the shared worker token (≥ 16 characters), "
+            f"got {len(value)} characters; generate one with `python -c \"import secrets; print(secrets.token_hex(32))\"` "
+            "and export it on the learner and on the worker machine"
+        )
+    return value.encode()
+
+
+class FramedSocket:
+    """A blocking socket speaking the frame format; ``send`` is thread-safe."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self._send_lock = threading.Lock()
+
+    def send(self, header: dict, payload: bytes | memoryview = b"") -> None:
+        head = json.dumps(header, separators=(",", ":")).encode()
+        with self._send_lock:
+            self.sock.sendall(PREFIX.pack(len(head), len(payload)) + head)
+            if payload:
+                self.sock.sendall(payload)
+
+    def recv(self, *, allow_payload: bool = True) -> tuple[dict, bytes]:
+        head_len, payload_len = PREFIX.unpack(self._exact(PREFIX.size))
+        if head_len > MAX_HEADER_BYTES or payload_len > MAX_PAYLOAD_BYTES:
+            raise ProtocolError(f"frame of {head_len} + {payload_len} bytes exceeds the limits")
+        if payload_len and not allow_payload:
+            raise ProtocolError("the peer sent a binary payload where only JSON is allowed")
+        try:
+            header = json.loads(self._exact(head_len))
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise ProtocolError(f"frame header is not JSON: {exc}") from None
+        if not isinstance(header, dict) or not isinstance(header.get("op"), str):
+            raise ProtocolError(f"frame header must be an object with an 'op' string, got {str(header)[:120]}")
+        return header, self._exact(payload_len) if payload_len else b""
+
+    def _exact(self, n: int) -> bytes:
+        buf = bytearray(n)
+        view, got = memoryview(buf), 0
+        while got < n:
+            k = self.sock.recv_into(view[got:], n - got)
+            if k == 0:
+                raise ConnectionError("connection closed by the peer")
+            got += k
+        return bytes(buf)
+
+    def close(self) -> None:
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self.sock.close()
+
+
+def _mac(token: bytes, nonce: str, role: str) -> str:
+    return hmac.new(token, f"{PROTOCOL}|{role}|{nonce}".encode(), hashlib.sha256).hexdigest()
+
+
+def authenticate(conn: FramedSocket, token: bytes, role: str, timeout_s: float = 30.0) -> None:
+    """Mutual challenge-response; ``role`` is "learner" or "worker". Raises ProtocolError on failure."""
+    other = "worker" if role == "learner" else "learner"
+    previous = conn.sock.gettimeout()
+    conn.sock.settimeout(timeout_s)
+    try:
+        mine = secrets.token_hex(16)
+        conn.send({"op": "hello", "protocol": PROTOCOL, "role": role, "nonce": mine})
+        hello, _ = conn.recv(allow_payload=False)
+        if hello.get("op") != "hello" or hello.get("protocol") != PROTOCOL or hello.get("role") != other:
+            raise ProtocolError(f"expected a {PROTOCOL} hello from the {other}, got {str(hello)[:160]}")
+        conn.send({"op": "proof", "mac": _mac(token, str(hello.get("nonce")), role)})
+        proof, _ = conn.recv(allow_payload=False)
+        if proof.get("op") != "proof" or not hmac.compare_digest(str(proof.get("mac")), _mac(token, mine, other)):
+            raise ProtocolError(f"the {other} failed authentication: its token differs from ours ({TOKEN_ENV})")
+    except (socket.timeout, ConnectionError) as exc:
+        if isinstance(exc, ProtocolError):
+            raise
+        raise ProtocolError(f"authentication with the {other} did not complete: {exc}") from None
+    finally:
+        conn.sock.settimeout(previous)
+
+
+def parse_endpoint(text: str) -> tuple[str, int]:
+    host, sep, port = str(text).rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"endpoint {text!r} must be HOST:PORT (e.g. 203.0.113.7:7100)")
+    return host, int(port)

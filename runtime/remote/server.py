@@ -1,0 +1,171 @@
+"""``echo2 worker serve``: a rollout worker on a machine that does not join the Ray cluster.
+
+The learner's pool reaches it through a ``RemoteWorkerProxy`` (a Ray actor on the learner's node) over
+one authenticated TCP connection (``protocol``). The learner sends JSON requests (init, generate, the
+broadcast calls) and snapshots as raw safetensors bytes; this process answers with JSON only. It runs a
+plain ``RolloutWorker``: same sampling, local reward scoring, snapshot reception over the P2P chain.
+One learner connection at a time; when it ends, the worker is torn down and the next one may connect.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import traceback
+from typing import Callable
+
+from echo2_sdk.runtime.remote.protocol import FramedSocket, ProtocolError, authenticate
+
+_OPS = ("init", "generate", "install", "broadcast_start", "broadcast_receive", "broadcast_close", "ping", "stats", "close")
+
+
+class WorkerSession:
+    """Serves one learner connection: each request runs on its own thread, replies carry its id."""
+
+    def __init__(self, conn: FramedSocket, *, allowed_tasks: set[str] | None, log: Callable[[str], None],
+                 advertise_host: str | None = None, port_range: tuple[int, int] | None = None) -> None:
+        self.conn, self.allowed_tasks, self.log = conn, allowed_tasks, log
+        self.advertise_host, self.port_range = advertise_host, port_range
+        self.worker = None
+        self._init_lock = threading.Lock()
+        self._threads: list[threading.Thread] = []
+
+    def run(self) -> None:
+        try:
+            while True:
+                header, payload = self.conn.recv()
+                thread = threading.Thread(target=self._handle, args=(header, payload), daemon=True)
+                thread.start()
+                self._threads = [t for t in self._threads if t.is_alive()] + [thread]
+                if header["op"] == "close":
+                    thread.join(30)
+                    return
+        except (ConnectionError, OSError) as exc:
+            self.log(f"learner connection ended ({exc})")
+        finally:
+            self._teardown()
+
+    def _handle(self, header: dict, payload: bytes) -> None:
+        rid = header.get("id")
+        try:
+            op = header["op"]
+            if op not in _OPS:
+                raise ProtocolError(f"unknown operation {op!r}; known: {', '.join(_OPS)}")
+            value = getattr(self, f"_op_{op}")(header, payload)
+            reply = {"op": "reply", "id": rid, "value": value}
+        except Exception as exc:  # the learner gets the reason; this process keeps serving
+            self.log(f"{header.get('op')!r} failed: {type(exc).__name__}: {exc}")
+            reply = {"op": "reply", "id": rid, "error": f"{type(exc).__name__}: {exc}",
+                     "trace": traceback.format_exc(limit=4)[-2000:]}
+        try:
+            self.conn.send(reply)
+        except OSError:
+            pass
+
+    def _worker(self):
+        if self.worker is None:
+            raise RuntimeError("the learner must send 'init' before any other request")
+        return self.worker
+
+    # ---- operations ------------------------------------------------------------------------
+    def _op_init(self, header: dict, _: bytes) -> dict:
+        from echo2_sdk.runtime.backends.base import SamplingParams
+        from echo2_sdk.runtime.worker import RolloutWorker
+
+        kwargs = dict(header["kwargs"])
+        task = kwargs.get("task_name")
+        if self.allowed_tasks is not None and task not in self.allowed_tasks:
+            raise PermissionError(f"task {task!r} is not allowed on this worker (allowed: {sorted(self.allowed_tasks)}); "
+                                  "restart `echo2 worker serve` with --task naming it")
+        kwargs["sampling"] = SamplingParams(**kwargs["sampling"])
+        with self._init_lock:
+            if self.worker is None:
+                self.worker = RolloutWorker(header["name"], **kwargs)
+                import sys
+
+                self.log(f"worker {header['name']!r} ready: task {task!r}, model {kwargs.get('model_path')!r} "
+                         f"(Ray loaded in this process: {'ray' in sys.modules})")
+        return {"name": self.worker.name, "node": getattr(self.worker, "node_id", socket.gethostname())}
+
+    def _op_generate(self, header: dict, _: bytes) -> dict:
+        import json
+
+        return json.loads(self._worker().generate_wire(header["examples"]))
+
+    def _op_install(self, header: dict, payload: bytes) -> int:
+        from echo2_sdk.runtime.broadcast.snapshot import state_dict_from_bytes
+
+        return self._worker().install(state_dict_from_bytes(payload), int(header["version"]))
+
+    def _op_broadcast_start(self, header: dict, _: bytes) -> list:
+        a = header["args"]
+        bind, advertise = a.get("bind_host", "127.0.0.1"), a.get("advertise_host")
+        if self.advertise_host:  # this machine knows its public address; the learner cannot
+            bind, advertise = "0.0.0.0", self.advertise_host
+        elif bind == "0.0.0.0" and advertise is None:
+            advertise = socket.gethostbyname(socket.gethostname())  # not Ray's node IP: this is no Ray node
+        port_range = self.port_range or (tuple(a["port_range"]) if a.get("port_range") else None)
+        host, port = self._worker().broadcast_start(
+            a["node_id"], tuple(a["control_address"]), bytes.fromhex(a["public_key"]), link=a.get("link"),
+            bind_host=bind, advertise_host=advertise, port_range=port_range)
+        return [host, port]
+
+    def _op_broadcast_receive(self, header: dict, _: bytes) -> int:
+        return self._worker().broadcast_receive(int(header["version"]), float(header.get("timeout_s", 600.0)))
+
+    def _op_broadcast_close(self, header: dict, _: bytes) -> None:
+        if self.worker is not None:
+            self.worker.broadcast_close()
+
+    def _op_ping(self, header: dict, _: bytes) -> str:
+        return self._worker().name
+
+    def _op_stats(self, header: dict, _: bytes) -> dict:
+        import sys
+
+        # Proof for the learner's logs (and tests) that this machine runs no part of Ray.
+        return {**self._worker().stats(), "ray_loaded": "ray" in sys.modules}
+
+    def _op_close(self, header: dict, _: bytes) -> None:
+        self._teardown()
+
+    def _teardown(self) -> None:
+        with self._init_lock:
+            worker, self.worker = self.worker, None
+        if worker is not None:
+            try:
+                worker.close()
+            except Exception as exc:
+                self.log(f"closing the worker: {type(exc).__name__}: {exc}")
+
+
+def serve_worker(host: str, port: int, token: bytes, *, allowed_tasks: set[str] | None = None, once: bool = False,
+                 log: Callable[[str], None] = print, on_listening: Callable[[int], None] | None = None,
+                 advertise_host: str | None = None, broadcast_ports: tuple[int, int] | None = None) -> None:
+    """Accept learner connections on ``host:port`` forever (``once``: serve one session, then return).
+
+    ``advertise_host``: the address other workers dial for snapshot chunks (e.g. this machine's public
+    IP behind NAT with a forwarded port); ``broadcast_ports``: the port range its broadcast node may use."""
+    server = socket.create_server((host, port), reuse_port=False)
+    log(f"echo2 worker listening on {host}:{server.getsockname()[1]}")
+    if on_listening is not None:
+        on_listening(server.getsockname()[1])
+    try:
+        while True:
+            sock, peer = server.accept()
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            conn = FramedSocket(sock)
+            try:
+                authenticate(conn, token, role="worker")
+            except (ProtocolError, OSError) as exc:
+                log(f"refused {peer[0]}:{peer[1]}: {exc}")
+                conn.close()
+                continue
+            log(f"learner connected from {peer[0]}:{peer[1]}")
+            WorkerSession(conn, allowed_tasks=allowed_tasks, log=log, advertise_host=advertise_host,
+                          port_range=broadcast_ports).run()
+            conn.close()
+            if once:
+                return
+    finally:
+        server.close()
