@@ -46,7 +46,7 @@ class _Tally:
 class SamplerAgreement:
     tolerance: float | None
     """Mean |log π_learner − log π_sampler| per token on the same snapshot above which a worker is flagged."""
-    min_tokens: int = 256
+    min_tokens: int = 64
     """Same-snapshot tokens a worker needs before it can be flagged (few tokens are noise)."""
     log: Callable[[str], None] = print
     same: dict[str, _Tally] = field(default_factory=lambda: defaultdict(_Tally))

@@ -37,7 +37,7 @@ def check_learner_placement(cfg: Echo2Config) -> str:
         want["GPU"] = float(cfg.runtime.require_gpus)
     nodes = [n for n in ray.nodes() if n.get("Alive")]
     for node in nodes:
-        if all(node.get("Resources", {}).get(k, 0.0) >= v for k, v in want.items()):
+        if setup.node_offers(node, want):
             return node["NodeID"]
     offered = {n["NodeManagerAddress"] + " " + n["NodeID"][:8]: {k: v for k, v in n.get("Resources", {}).items()
                                                                   if not k.startswith("node:")} for n in nodes}

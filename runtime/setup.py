@@ -165,7 +165,8 @@ def joined_cluster(cfg: Echo2Config, address: str | None = None) -> bool:
     return sum(1 for n in ray.nodes() if n.get("Alive")) > 1
 
 
-def _offered(requested: dict[str, float], node: dict) -> bool:
+def node_offers(node: dict, requested: dict[str, float]) -> bool:
+    """Whether a ``ray.nodes()`` entry has at least the ``requested`` resources."""
     have = node.get("Resources", {})
     return all(have.get(k, 0.0) >= v for k, v in requested.items())
 
@@ -183,7 +184,7 @@ def check_placement(cfg: Echo2Config, specs: list[dict]) -> None:
         want = {**base, **(spec.get("resources") or {})}
         if cfg.rollout.gpus_per_worker > 0:
             want["GPU"] = cfg.rollout.gpus_per_worker
-        if want and not any(_offered(want, n) for n in nodes):
+        if want and not any(node_offers(n, want) for n in nodes):
             offered = sorted({k for n in nodes for k in n.get("Resources", {}) if not k.startswith("node:")})
             raise ResourceError(
                 f"rollout worker {spec['name']!r} requests Ray resources {want} (rollout.worker_resources "

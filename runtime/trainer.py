@@ -167,6 +167,12 @@ class Trainer:
                     self.stats.rejected += 1
                     self.stats.reject_reasons["malformed"] += 1
                     continue
+                # Per-worker accounting (agreement flags, dollars) trusts these names: a reply speaks
+                # only for the worker the pool asked.
+                if group.worker_id != slot.name or any(r.meta.get("worker") != slot.name for r in group.rollouts):
+                    self.stats.rejected += len(group.rollouts)
+                    self.stats.reject_reasons["wrong_worker"] += len(group.rollouts)
+                    continue
                 self._admit(group)
 
     def _admit(self, group: RolloutGroup) -> None:

@@ -71,3 +71,15 @@ def test_no_tolerance_reports_but_never_flags():
     agreement = SamplerAgreement(tolerance=None, min_tokens=1, log=lambda m: None)
     assert _step(agreement, ["w"], [0], 500, 3.0)["flagged_workers"] == 0
     assert agreement.summary()["workers"]["w"]["same_version"]["mean_abs_delta"] == 3.0
+
+
+def test_bad_tolerance_settings_are_config_errors():
+    import pytest
+
+    from echo2_sdk.config import ConfigError, load_config
+
+    with pytest.raises(ConfigError, match="logprob_tolerance=-1"):
+        load_config(None, ["rollout.logprob_tolerance=-1"])
+    with pytest.raises(ConfigError, match="logprob_check_min_tokens=0"):
+        load_config(None, ["rollout.logprob_check_min_tokens=0"])
+    assert load_config(None, ["rollout.logprob_tolerance=null"]).rollout.logprob_tolerance is None

@@ -222,3 +222,27 @@ def test_training_pool_mixes_a_ray_worker_and_a_remote_worker(tmp_path, ray_clus
     done = [d for d in deliveries if d["superseded_by"] is None]
     assert done and all({"local", "far"} <= set(d["installed_s"]) for d in done), deliveries
     assert "learner connected" in out and "Ray loaded in this process: False" in out
+
+
+def test_a_reply_speaking_for_another_worker_is_rejected_and_counted():
+    """Per-worker accounting trusts worker names, so a worker may not hand in groups under another's."""
+    from types import SimpleNamespace
+
+    from echo2_sdk.records import Omega, RecordLimits, Rollout, RolloutGroup, group_to_wire
+    from echo2_sdk.runtime.buffer import ReplayBuffer
+    from echo2_sdk.runtime.metrics import RunStats
+    from echo2_sdk.runtime.trainer import Trainer
+
+    def group(worker_id, meta_worker):
+        rollout = Rollout(prompt_ids=(1, 2), completion_ids=(3,), reward=1.0, version=0, omega=Omega((1,), None),
+                          sampler_logprobs=(-0.5,), prompt_key="p", meta={"worker": meta_worker})
+        return group_to_wire(RolloutGroup("p", 0, (rollout,), worker_id=worker_id))
+
+    trainer = Trainer.__new__(Trainer)
+    trainer.stats, trainer.controller, trainer.log = RunStats(), None, lambda m: None
+    trainer.published, trainer.limits, trainer.t_start = 0, RecordLimits(), 0.0
+    trainer.buffer, trainer.learner = ReplayBuffer(3), SimpleNamespace(version=0)
+    result = _result(worker="a", groups=[group("a", "a"), group("b", "b"), group("a", "b")], installed={})
+    trainer._ingest([(SimpleNamespace(name="a"), result)])
+    assert trainer.stats.accepted == 1
+    assert trainer.stats.reject_reasons["wrong_worker"] == 2 and trainer.stats.rejected == 2
