@@ -179,6 +179,13 @@ class RolloutConfig:
     logprob_check_min_tokens: int = 64
     """Same-snapshot tokens a worker must deliver before the tolerance is checked (in async runs only the
     few samples trained at their own version count: ~190 per worker in a 400-step quickstart)."""
+    reward_audit_fraction: float = 0.05
+    """Fraction of samples from ``echo2 worker serve`` workers (outside Ray, untrusted) whose reward the
+    learner recomputes; a group with a mismatch is rejected. 0 disables (README "Trust model")."""
+    reward_audit_ray_workers: bool = False
+    """Audit Ray workers too (they are trusted cluster members; useful to test a custom reward)."""
+    reward_audit_evict_after: int = 3
+    """Evict a worker from the pool after this many mismatching groups (0: never, only reject and flag)."""
     threads_per_worker: int = 1
     """torch threads in each worker process."""
     gpus_per_worker: float = 0.0
@@ -193,6 +200,11 @@ class RolloutConfig:
         if self.logprob_tolerance is not None and not (self.logprob_tolerance > 0 and math.isfinite(self.logprob_tolerance)):
             raise ConfigError(f"rollout.logprob_tolerance={self.logprob_tolerance!r} must be a finite number > 0 "
                               "(nats per token, e.g. 0.1) or null to never flag")
+        if not 0.0 <= self.reward_audit_fraction <= 1.0:
+            raise ConfigError(f"rollout.reward_audit_fraction={self.reward_audit_fraction} must be in [0, 1] "
+                              "(0 disables the audit)")
+        if self.reward_audit_evict_after < 0:
+            raise ConfigError(f"rollout.reward_audit_evict_after={self.reward_audit_evict_after} must be >= 0 (0: never)")
         if self.logprob_check_min_tokens < 1:
             raise ConfigError(f"rollout.logprob_check_min_tokens={self.logprob_check_min_tokens} must be >= 1, e.g. 64")
 

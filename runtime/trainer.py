@@ -100,6 +100,7 @@ class Trainer:
         from echo2_sdk.runtime.agreement import SamplerAgreement
 
         self.agreement = SamplerAgreement(r.logprob_tolerance, r.logprob_check_min_tokens, log=log)
+        self.audit = _reward_audit(cfg, self.adapter, self.tokenizer, specs, log)
         self.t_start = time.perf_counter()
         if self.learner.version > 0:  # resumed: workers start from the restored weights
             self._wait_installed(self._publish())
@@ -122,6 +123,7 @@ class Trainer:
             self._delivered(self.deliveries.finish_all(timeout_s=30.0))
             self._worker_report = self.pool.worker_report()
             self.pool.shutdown()
+            self.audit.close()
             if self.owns_ray:
                 ray.shutdown()
         rows = self.run.read_metrics()
@@ -131,6 +133,7 @@ class Trainer:
             **delivery_summary(self.stats.deliveries), "by_version": self._version_table(),
         }
         summary["sampler_agreement"] = self.agreement.summary()
+        summary["reward_audit"] = self.audit.summary()
         if cfg.train.plots:
             from echo2_sdk.runtime.plots import write_plots
 
@@ -173,7 +176,13 @@ class Trainer:
                     self.stats.rejected += len(group.rollouts)
                     self.stats.reject_reasons["wrong_worker"] += len(group.rollouts)
                     continue
+                if not self.audit.check(group):
+                    self.stats.rejected += len(group.rollouts)
+                    self.stats.reject_reasons["reward_mismatch"] += len(group.rollouts)
+                    continue
                 self._admit(group)
+        for name in self.audit.to_evict():
+            self.log(f"reward audit: evicting worker {name} from the pool: {self.pool.mark_lost(name)}")
 
     def _admit(self, group: RolloutGroup) -> None:
         accepted, rejected = validate_group(group, newest_version=self.published, limits=self.limits)
@@ -337,6 +346,19 @@ class Trainer:
                           params=params, limit=t.eval_max_examples)
         self.learner.model.eval()
         return result
+
+
+def _reward_audit(cfg: Echo2Config, adapter, tokenizer, specs: list[dict], log: Callable[[str], None]):
+    from echo2_sdk.rewards import RewardGuard
+    from echo2_sdk.runtime.reward_audit import RewardAudit, audited_workers
+
+    r = cfg.rollout
+    return RewardAudit(
+        adapter, tokenizer,
+        lambda: RewardGuard(cfg.task.name, dict(cfg.task.options), cfg.train.seed, timeout_s=r.reward_timeout_s,
+                            max_chars=r.max_answer_chars),
+        fraction=r.reward_audit_fraction, audited=audited_workers(specs, r.reward_audit_ray_workers),
+        evict_after=r.reward_audit_evict_after, seed=cfg.train.seed, log=log)
 
 
 def _fmt_eval(ev: dict[str, Any]) -> str:

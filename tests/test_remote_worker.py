@@ -205,6 +205,7 @@ def test_training_pool_mixes_a_ray_worker_and_a_remote_worker(tmp_path, ray_clus
             "train.steps=4", "train.prompts_per_step=4", "rollout.samples_per_prompt=4",
             "rollout.prompts_per_request=2", "rollout.max_new_tokens=4", "train.eval_max_examples=4",
             f"rollout.workers=[{{name: local}}, {{name: far, endpoint: '127.0.0.1:{port}'}}]",
+            "rollout.reward_audit_fraction=1.0",  # the learner re-scores every remote sample
         ])
         trainer = Trainer(cfg, str(tmp_path / "run"), log=lambda m: None)
         summary = trainer.fit()
@@ -222,6 +223,9 @@ def test_training_pool_mixes_a_ray_worker_and_a_remote_worker(tmp_path, ray_clus
     done = [d for d in deliveries if d["superseded_by"] is None]
     assert done and all({"local", "far"} <= set(d["installed_s"]) for d in done), deliveries
     assert "learner connected" in out and "Ray loaded in this process: False" in out
+    audit = summary["reward_audit"]  # an honest worker: every recomputed reward matches
+    assert audit["workers"] == ["far"] and audit["checked"]["far"] == workers["far"]["samples"]
+    assert audit["mismatched_groups"] == {} and audit["evicted"] == []
 
 
 def test_a_reply_speaking_for_another_worker_is_rejected_and_counted():
@@ -242,6 +246,7 @@ def test_a_reply_speaking_for_another_worker_is_rejected_and_counted():
     trainer.stats, trainer.controller, trainer.log = RunStats(), None, lambda m: None
     trainer.published, trainer.limits, trainer.t_start = 0, RecordLimits(), 0.0
     trainer.buffer, trainer.learner = ReplayBuffer(3), SimpleNamespace(version=0)
+    trainer.audit = SimpleNamespace(check=lambda group: True, to_evict=lambda: [])
     result = _result(worker="a", groups=[group("a", "a"), group("b", "b"), group("a", "b")], installed={})
     trainer._ingest([(SimpleNamespace(name="a"), result)])
     assert trainer.stats.accepted == 1
