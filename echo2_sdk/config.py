@@ -103,6 +103,14 @@ class VLLMOptions:
             raise ConfigError(f"rollout.vllm.cpu_kv_cache_gib={self.cpu_kv_cache_gib} must be > 0, e.g. 1.0")
 
 
+def parse_endpoint(text: str) -> tuple[str, int]:
+    """``HOST:PORT`` → (host, port); ValueError naming the expected form."""
+    host, sep, port = str(text).rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"endpoint {text!r} must be HOST:PORT (e.g. 203.0.113.7:7100)")
+    return host, int(port)
+
+
 @dataclass(frozen=True)
 class WorkerSpec:
     name: str
@@ -131,10 +139,10 @@ class WorkerSpec:
 
     def __post_init__(self) -> None:
         if self.endpoint is not None:
-            host, sep, port = str(self.endpoint).rpartition(":")
-            if not (sep and host and port.isdigit() and 0 < int(port) < 65536):
-                raise ConfigError(f"worker {self.name!r}: endpoint={self.endpoint!r} must be HOST:PORT of an "
-                                  "`echo2 worker serve` process, e.g. 203.0.113.7:7100")
+            try:
+                parse_endpoint(self.endpoint)
+            except ValueError as exc:
+                raise ConfigError(f"worker {self.name!r}: {exc}, of an `echo2 worker serve` process") from None
         if not self.name:
             raise ConfigError("rollout.workers: a worker name must be a non-empty string")
         check_resources_map(self.resources, f"worker {self.name!r}: resources")

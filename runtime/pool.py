@@ -128,18 +128,18 @@ class RolloutPool:
         kw = self._worker_kwargs
         seed = kw["seed"] + 7919 * (slot.index + 1) + 104729 * slot.starts  # a restart samples anew
         if slot.spec.get("endpoint"):  # a worker outside Ray (`echo2 worker serve`)
-            self._start_remote(slot, {**kw, "seed": seed})
-            return
-        resources = {**self._resources, **(slot.spec.get("resources") or {})}  # placement: rollout nodes
-        slot.actor = self._remote_cls.options(num_cpus=0, num_gpus=self._gpus_per_worker, max_concurrency=2,
-                                              resources=resources or None).remote(
-            slot.name, max_tokens_per_s=slot.spec.get("max_tokens_per_s"), **{**kw, "seed": seed},
-            **self._ray_only_kwargs,
-        )
+            slot.actor = self._start_remote(slot, {**kw, "seed": seed})
+        else:
+            resources = {**self._resources, **(slot.spec.get("resources") or {})}  # placement: rollout nodes
+            slot.actor = self._remote_cls.options(num_cpus=0, num_gpus=self._gpus_per_worker, max_concurrency=2,
+                                                  resources=resources or None).remote(
+                slot.name, max_tokens_per_s=slot.spec.get("max_tokens_per_s"), **{**kw, "seed": seed},
+                **self._ray_only_kwargs,
+            )
         slot.starts += 1
         slot.active_since = time.perf_counter()
 
-    def _start_remote(self, slot: WorkerSlot, kwargs: dict) -> None:
+    def _start_remote(self, slot: WorkerSlot, kwargs: dict) -> Any:
         """A proxy actor pinned to this (the learner's) node speaks to the remote worker: the remote
         machine never joins Ray, and its replies are JSON checked by the driver (README "Trust model")."""
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
@@ -153,12 +153,10 @@ class RolloutPool:
         token_env = slot.spec.get("token_env") or "ECHO2_WORKER_TOKEN"
         token = token_from_env(token_env).decode()
         here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
-        slot.actor = self._remote_proxy_cls.options(num_cpus=0, max_concurrency=4, scheduling_strategy=here).remote(
+        return self._remote_proxy_cls.options(num_cpus=0, max_concurrency=4, scheduling_strategy=here).remote(
             slot.name, endpoint=slot.spec["endpoint"], token=token,
             max_tokens_per_s=slot.spec.get("max_tokens_per_s"), **kwargs,
         )
-        slot.starts += 1
-        slot.active_since = time.perf_counter()
 
     # ---- acting on the pool scheduler's decisions ---------------------------------------------
     def slot(self, name: str) -> WorkerSlot:

@@ -210,9 +210,9 @@ def broadcast_bind_host(cfg: Echo2Config, address: str | None = None) -> str:
 
 def _remote_workers_off_loopback(cfg: Echo2Config) -> bool:
     """An ``echo2 worker serve`` on another machine must reach the learner's broadcast ports."""
-    from echo2_sdk.config import resolve_workers
+    from echo2_sdk.config import parse_endpoint, resolve_workers
 
-    hosts = [w.endpoint.rpartition(":")[0] for w in resolve_workers(cfg) if w.endpoint]
+    hosts = [parse_endpoint(w.endpoint)[0] for w in resolve_workers(cfg) if w.endpoint]
     return any(h not in ("127.0.0.1", "localhost", "::1", "[::1]") for h in hosts)
 
 

@@ -19,7 +19,8 @@ from echo2_sdk.runtime.modeling import ensure_tiny_qwen3
 from echo2_sdk.runtime.remote.codec import (
     MalformedReply, example_from_dict, example_to_dict, result_from_json, result_to_json,
 )
-from echo2_sdk.runtime.remote.protocol import FramedSocket, ProtocolError, authenticate, parse_endpoint
+from echo2_sdk.config import parse_endpoint
+from echo2_sdk.runtime.remote.protocol import FramedSocket, ProtocolError, authenticate
 from echo2_sdk.runtime.worker import GenerationResult
 
 TOKEN = "t" * 32

@@ -94,3 +94,21 @@ def check_generate_args(prompts: list[list[int]], n: int) -> None:
     for index, prompt in enumerate(prompts):
         if len(prompt) == 0:
             raise ValueError(f"prompt {index} is empty; every prompt needs at least one token")
+
+
+def check_state_dict(state_dict: dict[str, torch.Tensor], expected: dict[str, tuple[int, ...]],
+                     optional: set[str] = frozenset(), what: str = "the model") -> None:
+    """A snapshot must have exactly ``expected``'s keys (``optional`` ones may be absent, e.g. a tied
+    alias) with the same shapes; KeyError / ValueError say which keys and shapes differ."""
+    missing = sorted(set(expected) - set(state_dict) - set(optional))
+    unexpected = sorted(set(state_dict) - set(expected))
+    if missing or unexpected:
+        raise KeyError(
+            f"load_weights: state_dict does not match {what}: missing {missing[:8]}{' ...' if len(missing) > 8 else ''}, "
+            f"unexpected {unexpected[:8]}{' ...' if len(unexpected) > 8 else ''}; send model.state_dict() of the "
+            "same architecture"
+        )
+    for key, tensor in state_dict.items():
+        if tuple(tensor.shape) != tuple(expected[key]):
+            raise ValueError(f"load_weights: {key} has shape {tuple(tensor.shape)}, {what} expects "
+                             f"{tuple(expected[key])}; the learner and sampler architectures differ")

@@ -21,6 +21,7 @@ from echo2_sdk.runtime.backends.base import (
     GenerationBackend,
     SamplingParams,
     check_generate_args,
+    check_state_dict,
 )
 from echo2_sdk.runtime.logprobs import (
     logprob_temperature,
@@ -209,24 +210,9 @@ class HFBackend(GenerationBackend):
         tied to the embeddings) may be omitted when its partner is present.
         """
         live = self.model.state_dict()
-        unexpected = sorted(set(state_dict) - set(live))
         given_storage = {live[key].data_ptr() for key in state_dict if key in live}
-        missing = sorted(
-            key for key in set(live) - set(state_dict) if live[key].data_ptr() not in given_storage
-        )
-        if unexpected or missing:
-            raise KeyError(
-                f"load_weights: state_dict does not match the model: missing {missing[:8]}"
-                f"{' ...' if len(missing) > 8 else ''}, unexpected {unexpected[:8]}"
-                f"{' ...' if len(unexpected) > 8 else ''}; send model.state_dict() of the same "
-                "architecture"
-            )
-        for key, tensor in state_dict.items():
-            if tensor.shape != live[key].shape:
-                raise ValueError(
-                    f"load_weights: {key} has shape {tuple(tensor.shape)}, the model expects "
-                    f"{tuple(live[key].shape)}; the learner and sampler architectures differ"
-                )
+        tied_aliases = {key for key in set(live) - set(state_dict) if live[key].data_ptr() in given_storage}
+        check_state_dict(state_dict, {k: tuple(t.shape) for k, t in live.items()}, tied_aliases)
         with torch.no_grad():
             for key, tensor in state_dict.items():
                 live[key].copy_(tensor)  # state_dict tensors share storage with the parameters

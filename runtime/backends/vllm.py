@@ -43,6 +43,7 @@ from echo2_sdk.runtime.backends.base import (
     GenerationBackend,
     SamplingParams,
     check_generate_args,
+    check_state_dict,
 )
 from echo2_sdk.runtime.backends.hf import stop_token_ids
 from echo2_sdk.runtime.modeling import resolve_dtype
@@ -253,19 +254,9 @@ class VLLMBackend(GenerationBackend):
         weights = dict(state_dict)
         if self.tied_embeddings:
             weights.pop("lm_head.weight", None)
-        expected = self.checkpoint_shapes
-        if expected is not None:
+        if self.checkpoint_shapes is not None:
             optional = {"lm_head.weight"} if self.tied_embeddings else set()
-            missing = sorted(set(expected) - set(weights) - optional)
-            unexpected = sorted(set(weights) - set(expected))
-            if missing or unexpected:
-                raise KeyError(f"load_weights: state_dict does not match the engine's checkpoint: missing "
-                               f"{missing[:8]}, unexpected {unexpected[:8]}; send model.state_dict() of the "
-                               "same architecture")
-            for key, tensor in weights.items():
-                if tuple(tensor.shape) != expected[key]:
-                    raise ValueError(f"load_weights: {key} has shape {tuple(tensor.shape)}, the engine expects "
-                                     f"{expected[key]}; the learner and sampler architectures differ")
+            check_state_dict(weights, self.checkpoint_shapes, optional, what="the engine's checkpoint")
         out, seen = {}, set()
         for key, tensor in weights.items():
             tensor = tensor.detach().to("cpu", self.dtype).contiguous()

@@ -31,7 +31,8 @@ def add_worker_parser(sub) -> None:
 
 
 def cmd_worker_serve(args: argparse.Namespace) -> int:
-    from echo2_sdk.runtime.remote.protocol import ProtocolError, parse_endpoint, token_from_env
+    from echo2_sdk.config import parse_endpoint
+    from echo2_sdk.runtime.remote.protocol import ProtocolError, token_from_env
     from echo2_sdk.runtime.remote.server import serve_worker
 
     try:

@@ -1,9 +1,10 @@
 """Framing and authentication between the learner side and a rollout worker outside Ray.
 
 Every frame: ``header length u32 | payload length u64 | JSON header | payload bytes``. The JSON header
-carries the operation and a request id; the optional raw payload carries safetensors snapshot bytes,
-learner → worker only (a worker's replies are JSON headers and nothing else, so the learner parses no
-binary data from workers). Both sides prove knowledge of a shared token before anything else
+carries the operation and a request id; the optional raw payload carries safetensors snapshot bytes
+learner → worker, and worker → learner only a generate reply's JSON document (flagged ``json_payload``,
+size-capped, handed unparsed to the driver, which decodes it with ``json.loads`` — never anything else),
+so the learner parses no binary data from workers and nothing is encoded twice on the hot path. Both sides prove knowledge of a shared token before anything else
 (HMAC-SHA256 over the other side's fresh nonce and a role label), so neither a stranger nor a replayed
 conversation can drive a worker or feed the learner. The link is authenticated, not encrypted: run it
 over a VPN or SSH tunnel when prompts must stay private (README "Trust model").
@@ -21,8 +22,8 @@ import struct
 import threading
 
 PREFIX = struct.Struct("!IQ")
-MAX_HEADER_BYTES = 512 * 1024 * 1024
-"""A generate reply travels in the header; anything larger is refused unread."""
+MAX_HEADER_BYTES = 64 * 1024 * 1024
+"""JSON headers (requests with their prompts, small replies); anything larger is refused unread."""
 MAX_PAYLOAD_BYTES = 64 * 1024**3
 PROTOCOL = "echo2-worker/1"
 TOKEN_ENV = "ECHO2_WORKER_TOKEN"
@@ -57,10 +58,11 @@ class FramedSocket:
             if payload:
                 self.sock.sendall(payload)
 
-    def recv(self, *, allow_payload: bool = True) -> tuple[dict, bytes]:
+    def recv(self, *, allow_payload: bool = True, max_payload_bytes: int = MAX_PAYLOAD_BYTES) -> tuple[dict, bytes]:
         head_len, payload_len = PREFIX.unpack(self._exact(PREFIX.size))
-        if head_len > MAX_HEADER_BYTES or payload_len > MAX_PAYLOAD_BYTES:
-            raise ProtocolError(f"frame of {head_len} + {payload_len} bytes exceeds the limits")
+        if head_len > MAX_HEADER_BYTES or payload_len > max_payload_bytes:
+            raise ProtocolError(f"frame of {head_len} + {payload_len} bytes exceeds the limits "
+                                f"({MAX_HEADER_BYTES} + {max_payload_bytes})")
         if payload_len and not allow_payload:
             raise ProtocolError("the peer sent a binary payload where only JSON is allowed")
         try:
@@ -114,10 +116,3 @@ def authenticate(conn: FramedSocket, token: bytes, role: str, timeout_s: float =
         raise ProtocolError(f"authentication with the {other} did not complete: {exc}") from None
     finally:
         conn.sock.settimeout(previous)
-
-
-def parse_endpoint(text: str) -> tuple[str, int]:
-    host, sep, port = str(text).rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise ValueError(f"endpoint {text!r} must be HOST:PORT (e.g. 203.0.113.7:7100)")
-    return host, int(port)

@@ -2,8 +2,8 @@
 
 It runs as a Ray actor on the learner's node and has the methods of ``RolloutWorker`` that the pool and
 the snapshot transports call, each forwarded as one request over the authenticated connection. What
-comes back is JSON only; ``generate_wire`` hands the reply to the driver as a JSON document that the
-driver checks like any worker's (``codec.result_from_json``).
+comes back is JSON only; ``generate_wire`` hands the worker's JSON document to the driver unparsed, and
+the driver checks it like any worker's (``codec.result_from_json``).
 """
 
 from __future__ import annotations
@@ -11,11 +11,12 @@ from __future__ import annotations
 import concurrent.futures
 import dataclasses
 import itertools
-import json
 import socket
 import threading
 
-from echo2_sdk.runtime.remote.protocol import FramedSocket, ProtocolError, authenticate, parse_endpoint
+from echo2_sdk.runtime.remote.codec import MAX_RESULT_BYTES
+from echo2_sdk.config import parse_endpoint
+from echo2_sdk.runtime.remote.protocol import FramedSocket, ProtocolError, authenticate
 
 
 class RemoteWorkerError(RuntimeError):
@@ -51,7 +52,8 @@ class RemoteWorkerProxy:
 
     # ---- the RolloutWorker surface ----------------------------------------------------------
     def generate_wire(self, examples: list[dict]) -> bytes:
-        return json.dumps(self._call({"op": "generate", "examples": examples}), separators=(",", ":")).encode()
+        """The worker's JSON document, unparsed: the driver decodes and checks it (``codec.result_from_json``)."""
+        return self._call({"op": "generate", "examples": examples}, json_payload=True)
 
     def install(self, state_dict: dict, version: int) -> int:
         from echo2_sdk.runtime.broadcast.snapshot import state_dict_to_bytes
@@ -89,7 +91,7 @@ class RemoteWorkerProxy:
         self.conn.close()
 
     # ---- plumbing ------------------------------------------------------------------------------
-    def _call(self, header: dict, payload: bytes = b"", timeout_s: float | None = 3600.0):
+    def _call(self, header: dict, payload: bytes = b"", timeout_s: float | None = 3600.0, json_payload: bool = False):
         rid = next(self._ids)
         future: concurrent.futures.Future = concurrent.futures.Future()
         with self._lock:
@@ -97,21 +99,27 @@ class RemoteWorkerProxy:
                 raise ConnectionError(f"rollout worker {self.name!r} at {self.endpoint}: connection lost ({self._broken})")
             self._waiting[rid] = future
         self.conn.send({**header, "id": rid}, payload)
-        reply = future.result(timeout_s)
+        reply, body = future.result(timeout_s)
         if "error" in reply:
             raise RemoteWorkerError(f"rollout worker {self.name!r} at {self.endpoint}: {header['op']} failed: {reply['error']}")
-        return reply.get("value")
+        if bool(reply.get("json_payload")) != json_payload:
+            raise ProtocolError(f"rollout worker {self.name!r}: {header['op']} reply "
+                                f"{'lacks' if json_payload else 'carries'} a JSON payload")
+        return body if json_payload else reply.get("value")
 
     def _read_replies(self) -> None:
         try:
             while True:
-                header, _ = self.conn.recv(allow_payload=False)  # workers send JSON only
+                # Workers send JSON only: headers, and a generate reply's document as a capped payload.
+                header, body = self.conn.recv(max_payload_bytes=MAX_RESULT_BYTES)
                 if header.get("op") != "reply":
                     raise ProtocolError(f"expected a reply, got op {header.get('op')!r}")
+                if body and not header.get("json_payload"):
+                    raise ProtocolError("a reply carried a payload without declaring it a JSON document")
                 with self._lock:
                     future = self._waiting.pop(header.get("id"), None)
                 if future is not None:
-                    future.set_result(header)
+                    future.set_result((header, body))
         except Exception as exc:  # connection lost or protocol broken: fail every waiting call
             with self._lock:
                 self._broken = exc

@@ -52,13 +52,16 @@ class WorkerSession:
             if op not in _OPS:
                 raise ProtocolError(f"unknown operation {op!r}; known: {', '.join(_OPS)}")
             value = getattr(self, f"_op_{op}")(header, payload)
-            reply = {"op": "reply", "id": rid, "value": value}
+            if isinstance(value, bytes):  # a generate reply: its JSON document travels as the payload
+                reply, body = {"op": "reply", "id": rid, "json_payload": True}, value
+            else:
+                reply, body = {"op": "reply", "id": rid, "value": value}, b""
         except Exception as exc:  # the learner gets the reason; this process keeps serving
             self.log(f"{header.get('op')!r} failed: {type(exc).__name__}: {exc}")
-            reply = {"op": "reply", "id": rid, "error": f"{type(exc).__name__}: {exc}",
-                     "trace": traceback.format_exc(limit=4)[-2000:]}
+            reply, body = {"op": "reply", "id": rid, "error": f"{type(exc).__name__}: {exc}",
+                           "trace": traceback.format_exc(limit=4)[-2000:]}, b""
         try:
-            self.conn.send(reply)
+            self.conn.send(reply, body)
         except OSError:
             pass
 
@@ -87,10 +90,8 @@ class WorkerSession:
                          f"(Ray loaded in this process: {'ray' in sys.modules})")
         return {"name": self.worker.name, "node": getattr(self.worker, "node_id", socket.gethostname())}
 
-    def _op_generate(self, header: dict, _: bytes) -> dict:
-        import json
-
-        return json.loads(self._worker().generate_wire(header["examples"]))
+    def _op_generate(self, header: dict, _: bytes) -> bytes:
+        return self._worker().generate_wire(header["examples"])
 
     def _op_install(self, header: dict, payload: bytes) -> int:
         from echo2_sdk.runtime.broadcast.snapshot import state_dict_from_bytes
