@@ -20,10 +20,10 @@ import torch
 
 from echo2_sdk.chat import chat_token_ids
 from echo2_sdk.registry import make_task
-from echo2_sdk.runtime.backends.base import SamplingParams
-from echo2_sdk.runtime.backends.hf import HFBackend
-from echo2_sdk.runtime.logprobs import sequence_logprobs
-from echo2_sdk.runtime.modeling import ensure_tiny_qwen3, load_policy
+from echo2_sdk.runtime.rollout.backends.base import SamplingParams
+from echo2_sdk.runtime.rollout.backends.hf import HFBackend
+from echo2_sdk.runtime.models.logprobs import sequence_logprobs
+from echo2_sdk.runtime.models.modeling import ensure_tiny_qwen3, load_policy
 
 
 def parse_args():
@@ -117,7 +117,7 @@ def main():
         report["hf"] = measure(HFBackend(hf_model, tokenizer, device=args.device), learner, prompts, args)
         del hf_model
     if "vllm" in kinds:
-        from echo2_sdk.runtime.backends.vllm import VLLMBackend, VLLMOptions
+        from echo2_sdk.runtime.rollout.backends.vllm import VLLMBackend, VLLMOptions
 
         start = time.perf_counter()
         backend = VLLMBackend(path, tokenizer, dtype=args.dtype, device=args.device,

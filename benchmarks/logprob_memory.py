@@ -22,7 +22,7 @@ def run_one(mode: str, tokens: int, vocab: int, chunk_tokens: int) -> dict:
     import torch
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
-    from echo2_sdk.runtime.logprobs import sequence_logprobs
+    from echo2_sdk.runtime.models.logprobs import sequence_logprobs
 
     torch.set_num_threads(1)
     torch.manual_seed(0)

@@ -85,7 +85,7 @@ def main() -> int:
         return 2
 
     from echo2_sdk.config import load_config
-    from echo2_sdk.runtime.trainer import Trainer
+    from echo2_sdk.runtime.driver.trainer import Trainer
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -40,12 +40,12 @@ def main() -> None:
     from echo2_sdk.chat import chat_token_ids
     from echo2_sdk.records import group_from_wire
     from echo2_sdk.registry import make_task
-    from echo2_sdk.runtime.backends.base import SamplingParams
-    from echo2_sdk.runtime.backends.hf import HFBackend
-    from echo2_sdk.runtime.batching import collate
-    from echo2_sdk.runtime.learner import Learner
-    from echo2_sdk.runtime.modeling import ensure_tiny_qwen3, load_policy
-    from echo2_sdk.runtime.worker import RolloutWorker
+    from echo2_sdk.runtime.rollout.backends.base import SamplingParams
+    from echo2_sdk.runtime.rollout.backends.hf import HFBackend
+    from echo2_sdk.runtime.learning.batching import collate
+    from echo2_sdk.runtime.learning.learner import Learner
+    from echo2_sdk.runtime.models.modeling import ensure_tiny_qwen3, load_policy
+    from echo2_sdk.runtime.rollout.worker import RolloutWorker
 
     path = ensure_tiny_qwen3()
     task = make_task("arith", {}, seed=0)
@@ -75,7 +75,7 @@ def main() -> None:
             toks += worker.generate(examples).num_tokens
         return toks, time.perf_counter() - t0
 
-    from echo2_sdk.runtime.remote.codec import example_to_dict, result_from_json
+    from echo2_sdk.runtime.rollout.remote.codec import example_to_dict, result_from_json
 
     wire_examples = [example_to_dict(ex) for ex in examples]
 

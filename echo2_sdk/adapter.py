@@ -110,7 +110,7 @@ class TaskAdapter:
     def open_episode(self, example: Example, tokenizer) -> Any:
         """Start ``example``'s episode as a token-level chat (an :class:`echo2_sdk.env.ChatEpisode`).
 
-        The runtime (``echo2_sdk.runtime.episodes``) samples every assistant turn from
+        The runtime (``echo2_sdk.runtime.rollout.episodes``) samples every assistant turn from
         ``episode.context_ids`` and hands it back with ``episode.submit(token_ids, logprobs)``.
         """
         raise NotImplementedError(f"{type(self).__name__} sets multi_turn=True but does not implement "

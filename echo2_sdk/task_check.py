@@ -197,7 +197,7 @@ def run_check(task_name: str, options: Any, seed: int, tokenizer, *, max_example
 def load_tokenizer(spec: str):
     """``tiny`` → the tiny model's char-level tokenizer; anything else → ``AutoTokenizer.from_pretrained``."""
     if spec in ("tiny", "tiny-qwen3"):
-        from echo2_sdk.runtime.modeling import build_tiny_tokenizer
+        from echo2_sdk.runtime.models.modeling import build_tiny_tokenizer
 
         return build_tiny_tokenizer()
     from transformers import AutoTokenizer

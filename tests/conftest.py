@@ -12,7 +12,7 @@ SHARED_DATA = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "dat
 
 @pytest.fixture(scope="session")
 def tiny_tokenizer():
-    from echo2_sdk.runtime.modeling import build_tiny_tokenizer
+    from echo2_sdk.runtime.models.modeling import build_tiny_tokenizer
 
     return build_tiny_tokenizer()
 

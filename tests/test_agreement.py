@@ -4,8 +4,8 @@ import math
 
 import torch
 
-from echo2_sdk.runtime.agreement import SamplerAgreement, sequence_agreement
-from echo2_sdk.runtime.learner import Learner
+from echo2_sdk.runtime.learning.agreement import SamplerAgreement, sequence_agreement
+from echo2_sdk.runtime.learning.learner import Learner
 
 from test_learner import make_batch, tiny_model
 

@@ -9,7 +9,7 @@ import torch
 ray = pytest.importorskip("ray")
 
 from echo2_sdk.runtime.broadcast.ray_transport import BroadcastReceiverMixin, P2PSnapshotTransport  # noqa: E402
-from echo2_sdk.runtime.pool import CONTROL  # noqa: E402
+from echo2_sdk.runtime.broadcast.base import CONTROL  # noqa: E402
 
 
 @pytest.mark.slow

@@ -1,5 +1,5 @@
 from echo2_sdk.records import Omega, Rollout, RolloutGroup
-from echo2_sdk.runtime.buffer import ReplayBuffer, is_admissible
+from echo2_sdk.runtime.learning.buffer import ReplayBuffer, is_admissible
 
 
 def group(key, version, n=2):

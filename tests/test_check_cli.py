@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from echo2_sdk import registry
-from echo2_sdk.cli import main
+from echo2_sdk.runtime.cli import main
 from echo2_sdk.scaffold import new_task
 
 SHARED_AIME24 = Path(__file__).resolve().parents[2] / "shared" / "data" / "aime24.jsonl"

@@ -4,7 +4,7 @@ import sys
 
 import pytest
 
-from echo2_sdk.cli import main
+from echo2_sdk.runtime.cli import main
 
 
 def test_help_lists_subcommands(capsys):
@@ -44,7 +44,7 @@ def test_tasks_lists_builtins(capsys):
 
 
 def test_aime24_on_cpu_stops_at_once_pointing_to_the_quickstart():
-    proc = subprocess.run([sys.executable, "-m", "echo2_sdk.cli", "train", "--task", "aime24"],
+    proc = subprocess.run([sys.executable, "-m", "echo2_sdk.runtime.cli", "train", "--task", "aime24"],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2
     assert "needs 1 GPU" in proc.stderr and "examples/quickstart.yaml" in proc.stderr

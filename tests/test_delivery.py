@@ -1,6 +1,6 @@
 """Delivery tracking of published snapshots: T_bcast at q = 1/γ, time to all, superseded versions."""
 
-from echo2_sdk.runtime.delivery import DeliveryTracker, delivery_summary
+from echo2_sdk.runtime.broadcast.delivery import DeliveryTracker, delivery_summary
 
 
 class FakeTransport:

@@ -10,8 +10,8 @@ from echo2_sdk.checks import render_prompt_ids
 from echo2_sdk.evaluation import avg_at_k, pass_at_k_unbiased
 from echo2_sdk.registry import make_task
 from echo2_sdk.rewards import RewardGuard
-from echo2_sdk.runtime.backends.base import Completion, GenerationBackend, SamplingParams
-from echo2_sdk.runtime.evaluation import evaluate
+from echo2_sdk.runtime.rollout.backends.base import Completion, GenerationBackend, SamplingParams
+from echo2_sdk.runtime.driver.evaluation import evaluate
 
 
 def test_avg_at_k_and_pass_at_k():

@@ -21,8 +21,8 @@ import math
 import pytest
 import torch
 
-from echo2_sdk.runtime.algos import get_policy_loss, list_policy_losses, register_policy_loss
-from echo2_sdk.runtime.algos.grpo import grpo_policy_loss
+from echo2_sdk.runtime.learning.algos import get_policy_loss, list_policy_losses, register_policy_loss
+from echo2_sdk.runtime.learning.algos.grpo import grpo_policy_loss
 
 torch.set_num_threads(1)
 NAN, INF = float("nan"), float("inf")

@@ -5,9 +5,9 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from echo2_sdk.runtime.backends.base import Completion, GenerationBackend, SamplingParams
-from echo2_sdk.runtime.backends.hf import HFBackend, sequence_logprobs
-from echo2_sdk.runtime.modeling import build_tiny_model, build_tiny_tokenizer
+from echo2_sdk.runtime.rollout.backends.base import Completion, GenerationBackend, SamplingParams
+from echo2_sdk.runtime.rollout.backends.hf import HFBackend, sequence_logprobs
+from echo2_sdk.runtime.models.modeling import build_tiny_model, build_tiny_tokenizer
 
 torch.set_num_threads(2)
 

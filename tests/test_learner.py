@@ -8,8 +8,8 @@ import pytest
 import torch
 from transformers import Qwen3Config, Qwen3ForCausalLM
 
-from echo2_sdk.runtime.learner import Learner, TrainBatch
-from echo2_sdk.runtime.logprobs import token_logprobs
+from echo2_sdk.runtime.learning.learner import Learner, TrainBatch
+from echo2_sdk.runtime.models.logprobs import token_logprobs
 
 torch.set_num_threads(1)
 PAD = 0

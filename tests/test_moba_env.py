@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from echo2_sdk.cli import main as cli_main
+from echo2_sdk.runtime.cli import main as cli_main
 from echo2_sdk.env import check_env
 from echo2_sdk.envs.moba import MobaConfig, MobaEnv
 from echo2_sdk.envs.moba_eval import play_game
@@ -161,7 +161,7 @@ def test_moba_and_poker_configs_differ_in_exactly_the_task_name():
 @pytest.mark.parametrize("task", ["poker", "moba"])
 def test_two_trainer_steps_on_each_example_config(task, tmp_path, ray_cluster):
     from echo2_sdk.config import load_config
-    from echo2_sdk.runtime.trainer import Trainer
+    from echo2_sdk.runtime.driver.trainer import Trainer
 
     cfg = load_config(f"examples/{task}.yaml", [
         "model.warm_start.enabled=false", "train.steps=2", "train.prompts_per_step=2", "rollout.samples_per_prompt=2",

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from echo2_sdk.runtime.modeling import (
+from echo2_sdk.runtime.models.modeling import (
     IM_END,
     IM_START,
     PAD_TOKEN,

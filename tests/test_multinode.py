@@ -56,7 +56,7 @@ def three_node_cluster():
 def test_learner_and_workers_placed_by_resources_and_chain_broadcast_crosses_nodes(tmp_path, three_node_cluster):
     import ray
 
-    from echo2_sdk.runtime.launch import train
+    from echo2_sdk.runtime.driver.launch import train
 
     cluster, node = three_node_cluster
     cfg = load_config(None, RUN)
@@ -92,8 +92,8 @@ def test_learner_and_workers_placed_by_resources_and_chain_broadcast_crosses_nod
 
 
 def test_unplaceable_worker_fails_fast_with_the_fix(tmp_path, three_node_cluster):
-    from echo2_sdk.runtime.launch import train
-    from echo2_sdk.runtime.setup import ResourceError
+    from echo2_sdk.runtime.driver.launch import train
+    from echo2_sdk.runtime.driver.setup import ResourceError
 
     cluster, _ = three_node_cluster
     cfg = load_config(None, ["rollout.workers=[{name: w0, resources: {gpu_box: 1}}]", "train.steps=1"])

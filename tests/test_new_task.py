@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from echo2_sdk.cli import main
+from echo2_sdk.runtime.cli import main
 from echo2_sdk.config import load_config
 from echo2_sdk.registry import get_task_class, is_file_spec
-from echo2_sdk.runtime.rundir import default_run_dir
+from echo2_sdk.runtime.driver.rundir import default_run_dir
 from echo2_sdk.scaffold import TEMPLATES, ScaffoldError, new_task
 
 REPO = Path(__file__).resolve().parents[1]
@@ -112,7 +112,7 @@ def test_two_training_steps_of_a_generated_multi_turn_task(tmp_path):
     out = tmp_path / "game"
     new_task("game", "multi-turn", out)
     run_dir = tmp_path / "run"
-    cmd = [sys.executable, "-m", "echo2_sdk.cli", "train", "--config", str(out / "game.yaml"), "--run-dir", str(run_dir),
+    cmd = [sys.executable, "-m", "echo2_sdk.runtime.cli", "train", "--config", str(out / "game.yaml"), "--run-dir", str(run_dir),
            "--set", "train.steps=2", "--set", "model.warm_start.enabled=false", "--set", "train.eval_max_examples=2",
            "--set", "rollout.samples_per_prompt=2", "--set", "train.plots=false", "--set", "train.checkpoint_every=0",
            "--set", "task.options={num_train: 8, num_eval: 2, num_sft: 0}", "--set", "runtime.ray_num_cpus=2"]

@@ -44,7 +44,7 @@ def test_bad_placement_config_is_rejected_with_the_path(override, message):
 
 
 def test_learner_is_placed_only_when_asked():
-    from echo2_sdk.runtime.launch import learner_placement
+    from echo2_sdk.runtime.driver.launch import learner_placement
 
     assert learner_placement(load_config(None, [])) is None
     assert learner_placement(load_config(None, []), "head:6379") is None  # CPU learner: runs in echo2 train
@@ -58,7 +58,7 @@ def test_learner_is_placed_only_when_asked():
 def test_bind_host_is_loopback_locally_and_all_interfaces_when_joining(monkeypatch):
     import ray
 
-    from echo2_sdk.runtime import setup
+    from echo2_sdk.runtime.driver import setup
 
     monkeypatch.setattr(ray, "nodes", lambda: [{"Alive": True}])
     cfg = load_config(None, [])
@@ -100,7 +100,7 @@ def test_listeners_take_the_first_free_ports_of_the_range():
 
 
 def test_node_id_is_the_hostname_outside_ray(monkeypatch):
-    from echo2_sdk.runtime.worker import GenerationResult, current_node_id
+    from echo2_sdk.runtime.rollout.worker import GenerationResult, current_node_id
 
     monkeypatch.delitem(sys.modules, "ray", raising=False)
     assert current_node_id() == socket.gethostname()
@@ -109,7 +109,7 @@ def test_node_id_is_the_hostname_outside_ray(monkeypatch):
 
 
 def test_a_model_folder_missing_on_a_node_is_written_from_the_shipped_copy(tmp_path, monkeypatch):
-    from echo2_sdk.runtime import model_files
+    from echo2_sdk.runtime.models import files as model_files
 
     src = tmp_path / "base_model"
     (src / "sub").mkdir(parents=True)

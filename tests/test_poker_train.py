@@ -9,13 +9,13 @@ import pytest
 import torch
 
 from echo2_sdk.chat import chat_token_ids
-from echo2_sdk.cli import main as cli_main
+from echo2_sdk.runtime.cli import main as cli_main
 from echo2_sdk.config import load_config, to_dict
 from echo2_sdk.records import group_from_wire, validate_group
 from echo2_sdk.registry import make_task
-from echo2_sdk.runtime.backends.base import Completion, GenerationBackend, SamplingParams
-from echo2_sdk.runtime.episodes import run_episodes, summarize_rollouts
-from echo2_sdk.runtime.modeling import ensure_tiny_qwen3
+from echo2_sdk.runtime.rollout.backends.base import Completion, GenerationBackend, SamplingParams
+from echo2_sdk.runtime.rollout.episodes import run_episodes, summarize_rollouts
+from echo2_sdk.runtime.models.modeling import ensure_tiny_qwen3
 from echo2_sdk.signals import assistant_mask
 from echo2_sdk.task_check import mask_runs
 
@@ -94,7 +94,7 @@ def test_lock_step_episodes_give_valid_records_whose_masks_decode_to_the_actions
 
 
 def test_worker_multi_turn_path_with_real_and_malformed_output(tiny_tokenizer):
-    from echo2_sdk.runtime.worker import RolloutWorker
+    from echo2_sdk.runtime.rollout.worker import RolloutWorker
 
     worker = RolloutWorker("w", model_path=ensure_tiny_qwen3(), task_name="poker", task_options=OPTIONS,
                            sampling=SamplingParams(1.0, 1.0, 8, seed=0), samples_per_prompt=2, seed=0)
@@ -137,7 +137,7 @@ def test_a_too_long_context_stops_the_episode_and_the_record_stays_valid(tiny_to
 
 
 def test_echo2_eval_with_rule_agents(capsys):
-    from echo2_sdk.cli import build_parser
+    from echo2_sdk.runtime.cli import build_parser
 
     assert "eval" in build_parser().format_help()
     assert cli_main(["eval", "--task", "poker", "--agent", "rule:tag", "--opponents", "rule:calling,rule:lag",
@@ -180,7 +180,7 @@ def test_echo2_eval_with_a_run_checkpoint(tmp_path, capsys):
 def test_two_trainer_steps_on_the_poker_config(tmp_path):
     import ray
 
-    from echo2_sdk.runtime.trainer import Trainer
+    from echo2_sdk.runtime.driver.trainer import Trainer
 
     cfg = load_config("examples/poker.yaml", [
         "model.warm_start.enabled=false", "train.steps=2", "train.prompts_per_step=2", "rollout.samples_per_prompt=2",

@@ -12,7 +12,7 @@ import pytest
 from echo2_sdk.config import ConfigError, load_config, resolve_workers
 from echo2_sdk.scheduler_config import PoolSchedulerConfig
 from echo2_sdk.runtime.planning.scheduler import PoolScheduler, SchedulerConfig
-from echo2_sdk.runtime.pool_control import PoolController, offers_from_specs
+from echo2_sdk.runtime.planning.control import PoolController, offers_from_specs
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
@@ -140,7 +140,7 @@ def test_a_hung_worker_falls_silent_and_is_replaced_like_a_dead_one(tmp_path):
 
 
 def test_the_pool_counts_a_worker_with_work_but_no_progress_as_silent():
-    from echo2_sdk.runtime.pool import RolloutPool, WorkerSlot
+    from echo2_sdk.runtime.rollout.pool import RolloutPool, WorkerSlot
 
     pool = RolloutPool.__new__(RolloutPool)  # only the bookkeeping: no Ray, no actors
     now = time.perf_counter()
@@ -277,7 +277,7 @@ def test_pool_cpu_example_activates_only_some_workers_at_start():
 def test_killed_worker_is_replaced_within_the_window_and_the_log_says_why(tmp_path, ray_cluster):
     import ray
 
-    from echo2_sdk.runtime.trainer import Trainer
+    from echo2_sdk.runtime.driver.trainer import Trainer
 
     interval, timeout = 0.5, 2.0
     cfg = load_config(None, [

@@ -14,14 +14,14 @@ import pytest
 
 from echo2_sdk.records import group_from_wire, validate_group
 from echo2_sdk.registry import make_task
-from echo2_sdk.runtime.backends.base import SamplingParams
-from echo2_sdk.runtime.modeling import ensure_tiny_qwen3
-from echo2_sdk.runtime.remote.codec import (
+from echo2_sdk.runtime.rollout.backends.base import SamplingParams
+from echo2_sdk.runtime.models.modeling import ensure_tiny_qwen3
+from echo2_sdk.runtime.rollout.remote.codec import (
     MalformedReply, example_from_dict, example_to_dict, result_from_json, result_to_json,
 )
 from echo2_sdk.config import parse_endpoint
-from echo2_sdk.runtime.remote.protocol import FramedSocket, ProtocolError, authenticate
-from echo2_sdk.runtime.worker import GenerationResult
+from echo2_sdk.runtime.rollout.remote.protocol import FramedSocket, ProtocolError, authenticate
+from echo2_sdk.runtime.rollout.worker import GenerationResult
 
 TOKEN = "t" * 32
 
@@ -116,7 +116,7 @@ def test_endpoint_parsing():
 @pytest.fixture(scope="module")
 def served():
     """An in-process `echo2 worker serve` (one session, arith only) on a free port."""
-    from echo2_sdk.runtime.remote.server import serve_worker
+    from echo2_sdk.runtime.rollout.remote.server import serve_worker
 
     ready = threading.Event()
     port = []
@@ -138,7 +138,7 @@ WORKER_KWARGS = dict(task_name="arith", task_options={}, sampling=SamplingParams
 
 
 def test_proxy_generates_installs_and_reports_through_json(served):
-    from echo2_sdk.runtime.remote.proxy import RemoteWorkerProxy
+    from echo2_sdk.runtime.rollout.remote.proxy import RemoteWorkerProxy
 
     path = ensure_tiny_qwen3()
     proxy = RemoteWorkerProxy("far", endpoint=served, token=TOKEN, model_path=path, **WORKER_KWARGS)
@@ -166,7 +166,7 @@ def test_proxy_generates_installs_and_reports_through_json(served):
 
 
 def test_wrong_token_and_disallowed_task_are_refused(served):
-    from echo2_sdk.runtime.remote.proxy import RemoteWorkerError, RemoteWorkerProxy
+    from echo2_sdk.runtime.rollout.remote.proxy import RemoteWorkerError, RemoteWorkerProxy
 
     with pytest.raises(ProtocolError, match="failed authentication"):
         RemoteWorkerProxy("x", endpoint=served, token="w" * 32, model_path=ensure_tiny_qwen3(), **WORKER_KWARGS)
@@ -176,7 +176,7 @@ def test_wrong_token_and_disallowed_task_are_refused(served):
 
 
 def test_unreachable_endpoint_names_the_fix():
-    from echo2_sdk.runtime.remote.proxy import RemoteWorkerProxy
+    from echo2_sdk.runtime.rollout.remote.proxy import RemoteWorkerProxy
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -189,14 +189,14 @@ def test_unreachable_endpoint_names_the_fix():
 @pytest.mark.slow
 def test_training_pool_mixes_a_ray_worker_and_a_remote_worker(tmp_path, ray_cluster, monkeypatch):
     from echo2_sdk.config import load_config
-    from echo2_sdk.runtime.trainer import Trainer
+    from echo2_sdk.runtime.driver.trainer import Trainer
 
     monkeypatch.setenv("ECHO2_WORKER_TOKEN", TOKEN)
     with socket.socket() as s:  # the snapshot port the remote machine would open in its firewall
         s.bind(("127.0.0.1", 0))
         chunk_port = s.getsockname()[1]
     server = subprocess.Popen(
-        [sys.executable, "-m", "echo2_sdk.cli", "worker", "serve", "--listen", "127.0.0.1:0", "--once",
+        [sys.executable, "-m", "echo2_sdk.runtime.cli", "worker", "serve", "--listen", "127.0.0.1:0", "--once",
          "--advertise-host", "127.0.0.1", "--broadcast-ports", f"{chunk_port}-{chunk_port}"],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
     try:
@@ -234,9 +234,9 @@ def test_a_reply_speaking_for_another_worker_is_rejected_and_counted():
     from types import SimpleNamespace
 
     from echo2_sdk.records import Omega, RecordLimits, Rollout, RolloutGroup, group_to_wire
-    from echo2_sdk.runtime.buffer import ReplayBuffer
-    from echo2_sdk.runtime.metrics import RunStats
-    from echo2_sdk.runtime.trainer import Trainer
+    from echo2_sdk.runtime.learning.buffer import ReplayBuffer
+    from echo2_sdk.runtime.driver.metrics import RunStats
+    from echo2_sdk.runtime.driver.trainer import Trainer
 
     def group(worker_id, meta_worker):
         rollout = Rollout(prompt_ids=(1, 2), completion_ids=(3,), reward=1.0, version=0, omega=Omega((1,), None),

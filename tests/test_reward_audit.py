@@ -5,8 +5,8 @@ import pytest
 from echo2_sdk.records import Omega, Rollout, RolloutGroup
 from echo2_sdk.registry import make_task
 from echo2_sdk.rewards import RewardGuard
-from echo2_sdk.runtime.modeling import ensure_tiny_qwen3, load_tokenizer
-from echo2_sdk.runtime.reward_audit import RewardAudit, audited_workers
+from echo2_sdk.runtime.models.modeling import ensure_tiny_qwen3, load_tokenizer
+from echo2_sdk.runtime.admission.reward_audit import RewardAudit, audited_workers
 
 
 @pytest.fixture(scope="module")

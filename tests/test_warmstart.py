@@ -3,8 +3,8 @@
 import pytest
 import torch
 
-from echo2_sdk.runtime.modeling import ensure_tiny_qwen3, load_policy
-from echo2_sdk.runtime.warmstart import completion_loss, sft_warm_start
+from echo2_sdk.runtime.models.modeling import ensure_tiny_qwen3, load_policy
+from echo2_sdk.runtime.learning.warmstart import completion_loss, sft_warm_start
 
 PAIRS = [([{"role": "user", "content": f"{a}+{b}="}], str(a + b)) for a in range(6) for b in range(6)]
 

@@ -7,9 +7,9 @@ import torch
 
 from echo2_sdk.records import group_from_wire, validate_group
 from echo2_sdk.registry import make_task
-from echo2_sdk.runtime.backends.base import SamplingParams
-from echo2_sdk.runtime.modeling import ensure_tiny_qwen3
-from echo2_sdk.runtime.worker import RolloutWorker
+from echo2_sdk.runtime.rollout.backends.base import SamplingParams
+from echo2_sdk.runtime.models.modeling import ensure_tiny_qwen3
+from echo2_sdk.runtime.rollout.worker import RolloutWorker
 
 
 @pytest.fixture(scope="module")

@@ -2,6 +2,8 @@
 links, integrity at every hop, chain repair, and a benchmark against the physical bound.
 
 Modules, one concern each:
+  base       contracts: ``SnapshotTransport`` (how a snapshot reaches the workers), peers, faults, errors
+  object_store  the Ray object-store transport; delivery: per-version delivery tracking (T_bcast at q = 1/γ)
   snapshot   state dict ↔ safetensors bytes ↔ fixed-size chunks (no pickle)
   manifest   per-chunk and whole SHA-256, Ed25519 signature of the learner
   topology   how stripes, chains and chunk size follow from B0, Bw, N; live repair/join decisions

@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Awaitable, Callable
 
-from echo2_sdk.runtime.broadcast.contracts import Peer
+from echo2_sdk.runtime.broadcast.base import Peer
 from echo2_sdk.runtime.broadcast.topology import SOURCE, BroadcastPlan, Topology
 
 log = logging.getLogger(__name__)

@@ -19,7 +19,7 @@ from typing import Any, Callable
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from echo2_sdk.runtime.broadcast.contracts import STREAM_ERRORS, BroadcastError, ControlClient, Faults, Peer
+from echo2_sdk.runtime.broadcast.base import STREAM_ERRORS, BroadcastError, ControlClient, Faults, Peer
 from echo2_sdk.runtime.broadcast.manifest import Manifest, ManifestError, verify_manifest
 from echo2_sdk.runtime.broadcast.receiver import FrameReceiver
 from echo2_sdk.runtime.broadcast.serving import ChildStream

@@ -20,7 +20,7 @@ import ray
 from echo2_sdk.runtime.broadcast.endpoints import BroadcastReceiverMixin, LearnerBroadcaster
 
 __all__ = ["BroadcastReceiverMixin", "P2PSnapshotTransport"]
-from echo2_sdk.runtime.pool import CONTROL, SnapshotTransport
+from echo2_sdk.runtime.broadcast.base import CONTROL, SnapshotTransport
 
 
 class P2PSnapshotTransport(SnapshotTransport):

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Callable
 
-from echo2_sdk.runtime.broadcast.contracts import STREAM_ERRORS, UpstreamFailed
+from echo2_sdk.runtime.broadcast.base import STREAM_ERRORS, UpstreamFailed
 from echo2_sdk.runtime.broadcast.transfer import Transfer
 from echo2_sdk.runtime.broadcast.wire import CHUNK, DONE, ERROR, KEEPALIVE, MANIFEST, ProtocolError, indices_in, pack_header, read_hello
 

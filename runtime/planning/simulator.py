@@ -1,7 +1,7 @@
 """Discrete-event simulation of learner, replay buffer, broadcast and a wide-area worker pool.
 
 It runs the runtime's own pieces, not copies: groups are admitted and taken by
-:class:`~echo2_sdk.runtime.buffer.ReplayBuffer` (v ≥ v_t − S), κ comes from
+:class:`~echo2_sdk.runtime.learning.buffer.ReplayBuffer` (v ≥ v_t − S), κ comes from
 :func:`~echo2_sdk.runtime.planning.capacity.choose_kappa`, activation is decided by
 :class:`~echo2_sdk.runtime.planning.scheduler.PoolScheduler` fed with heartbeats, and dollars by
 :class:`~echo2_sdk.runtime.planning.cost.CostMeter`.
@@ -36,7 +36,7 @@ from typing import Sequence
 
 from echo2_sdk.config import resolve_kappa
 from echo2_sdk.records import Omega, Rollout, RolloutGroup
-from echo2_sdk.runtime.buffer import ReplayBuffer, is_admissible
+from echo2_sdk.runtime.learning.buffer import ReplayBuffer, is_admissible
 from echo2_sdk.runtime.planning import capacity
 from echo2_sdk.runtime.planning.bcast_model import single_download_s
 from echo2_sdk.runtime.planning.cost import CostMeter, Resource

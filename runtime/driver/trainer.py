@@ -19,16 +19,16 @@ import yaml
 from echo2_sdk.config import Echo2Config, resolve_kappa, to_dict
 from echo2_sdk.records import RecordLimits, RolloutGroup, group_from_wire, validate_group
 from echo2_sdk.registry import make_task
-from echo2_sdk.runtime import setup
-from echo2_sdk.runtime.batching import collate
-from echo2_sdk.runtime.buffer import ReplayBuffer
-from echo2_sdk.runtime.data import PromptStream
-from echo2_sdk.runtime.delivery import DeliveryTracker, delivery_summary
-from echo2_sdk.runtime.metrics import RunStats, progress_line, summarize
-from echo2_sdk.runtime.pool import RolloutPool
-from echo2_sdk.runtime.pool_control import PoolController
-from echo2_sdk.runtime.rundir import RunDir
-from echo2_sdk.runtime.backends.base import SamplingParams
+from echo2_sdk.runtime.driver import setup
+from echo2_sdk.runtime.learning.batching import collate
+from echo2_sdk.runtime.learning.buffer import ReplayBuffer
+from echo2_sdk.runtime.driver.data import PromptStream
+from echo2_sdk.runtime.broadcast.delivery import DeliveryTracker, delivery_summary
+from echo2_sdk.runtime.driver.metrics import RunStats, progress_line, summarize
+from echo2_sdk.runtime.rollout.pool import RolloutPool
+from echo2_sdk.runtime.planning.control import PoolController
+from echo2_sdk.runtime.driver.rundir import RunDir
+from echo2_sdk.runtime.rollout.backends.base import SamplingParams
 
 
 class Trainer:
@@ -70,7 +70,7 @@ class Trainer:
         setup.check_placement(cfg, specs)
         model_files = None
         if setup.joined_cluster(cfg, ray_address):  # workers on other nodes may lack a local base model
-            from echo2_sdk.runtime.model_files import pack
+            from echo2_sdk.runtime.models.files import pack
 
             model_files = pack(self.base_path)
         self.pool = RolloutPool(
@@ -97,7 +97,7 @@ class Trainer:
         self.deliveries = DeliveryTracker(self.pool.transport, gamma=cfg.broadcast.gamma,
                                           timeout_s=cfg.broadcast.receive_timeout_s)
         self._fresh_delivery: dict | None = None
-        from echo2_sdk.runtime.agreement import SamplerAgreement
+        from echo2_sdk.runtime.learning.agreement import SamplerAgreement
 
         self.agreement = SamplerAgreement(r.logprob_tolerance, r.logprob_check_min_tokens, log=log)
         self.audit = _reward_audit(cfg, self.adapter, self.tokenizer, specs, log)
@@ -135,7 +135,7 @@ class Trainer:
         summary["sampler_agreement"] = self.agreement.summary()
         summary["reward_audit"] = self.audit.summary()
         if cfg.train.plots:
-            from echo2_sdk.runtime.plots import write_plots
+            from echo2_sdk.runtime.driver.plots import write_plots
 
             summary["plots"] = write_plots(rows, self.stats.staleness_counts, self.run.path)
         self.run.write_summary(summary)
@@ -332,8 +332,8 @@ class Trainer:
 
     def evaluate(self) -> dict[str, Any]:
         """Held-out accuracy of the learner's current weights (greedy by default)."""
-        from echo2_sdk.runtime.backends.hf import HFBackend
-        from echo2_sdk.runtime.evaluation import evaluate
+        from echo2_sdk.runtime.rollout.backends.hf import HFBackend
+        from echo2_sdk.runtime.driver.evaluation import evaluate
 
         t = self.cfg.train
         params = SamplingParams(
@@ -350,7 +350,7 @@ class Trainer:
 
 def _reward_audit(cfg: Echo2Config, adapter, tokenizer, specs: list[dict], log: Callable[[str], None]):
     from echo2_sdk.rewards import RewardGuard
-    from echo2_sdk.runtime.reward_audit import RewardAudit, audited_workers
+    from echo2_sdk.runtime.admission.reward_audit import RewardAudit, audited_workers
 
     r = cfg.rollout
     return RewardAudit(

@@ -86,5 +86,5 @@ def _qualname(fn: PolicyLossFn) -> str:
 
 def _load_builtins() -> None:
     # Importing the package registers the built-in losses even when a caller imported only this
-    # module (`from echo2_sdk.runtime.algos.registry import get_policy_loss`).
-    import echo2_sdk.runtime.algos  # noqa: F401
+    # module (`from echo2_sdk.runtime.learning.algos.registry import get_policy_loss`).
+    import echo2_sdk.runtime.learning.algos  # noqa: F401

@@ -32,8 +32,8 @@ def add_worker_parser(sub) -> None:
 
 def cmd_worker_serve(args: argparse.Namespace) -> int:
     from echo2_sdk.config import parse_endpoint
-    from echo2_sdk.runtime.remote.protocol import ProtocolError, token_from_env
-    from echo2_sdk.runtime.remote.server import serve_worker
+    from echo2_sdk.runtime.rollout.remote.protocol import ProtocolError, token_from_env
+    from echo2_sdk.runtime.rollout.remote.server import serve_worker
 
     try:
         host, port = parse_endpoint(args.listen) if not args.listen.endswith(":0") else (args.listen[:-2], 0)

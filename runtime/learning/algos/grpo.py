@@ -19,7 +19,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from echo2_sdk.runtime.algos.registry import register_policy_loss
+from echo2_sdk.runtime.learning.algos.registry import register_policy_loss
 
 LOSS_AGGREGATIONS = ("token-mean", "seq-mean-token-mean")
 # Log-ratios are clamped to +-20 before exp() (as verl does) so a garbage or -inf log-prob on a

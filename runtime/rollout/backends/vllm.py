@@ -36,7 +36,7 @@ from types import SimpleNamespace
 import torch
 
 from echo2_sdk.config import VLLMOptions  # re-exported: the backend's engine options
-from echo2_sdk.runtime.backends.base import (
+from echo2_sdk.runtime.rollout.backends.base import (
     FINISH_LENGTH,
     FINISH_STOP,
     Completion,
@@ -45,8 +45,8 @@ from echo2_sdk.runtime.backends.base import (
     check_generate_args,
     check_state_dict,
 )
-from echo2_sdk.runtime.backends.hf import stop_token_ids
-from echo2_sdk.runtime.modeling import resolve_dtype
+from echo2_sdk.runtime.rollout.backends.hf import stop_token_ids
+from echo2_sdk.runtime.models.modeling import resolve_dtype
 
 __all__ = ["VLLMBackend", "VLLMOptions", "Echo2WorkerExtension"]
 

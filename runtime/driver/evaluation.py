@@ -13,7 +13,7 @@ from echo2_sdk.adapter import TaskAdapter
 from echo2_sdk.checks import render_prompt_ids
 from echo2_sdk.evaluation import avg_at_k
 from echo2_sdk.rewards import RewardGuard, score_directly
-from echo2_sdk.runtime.backends.base import FINISH_LENGTH, GenerationBackend, SamplingParams
+from echo2_sdk.runtime.rollout.backends.base import FINISH_LENGTH, GenerationBackend, SamplingParams
 
 
 def evaluate(
@@ -36,7 +36,7 @@ def evaluate(
     Prompts are generated ``batch_size`` at a time; each batch gets its own seed
     (``params.seed + batch index``) so batches do not replay one random stream.
 
-    Multi-turn tasks play ``k`` episodes per example (``echo2_sdk.runtime.episodes``): avg@k is the
+    Multi-turn tasks play ``k`` episodes per example (``echo2_sdk.runtime.rollout.episodes``): avg@k is the
     mean return, and the play statistics of ``summarize_rollouts`` (legal-action rate, ...) are added.
 
     Returns the metrics of ``avg_at_k`` plus ``split``, ``statuses`` (count of each reward status),
@@ -56,7 +56,7 @@ def evaluate(
             "evaluate another split or check the task options"
         )
     if adapter.multi_turn:  # play episodes: the reward is the trajectory return
-        from echo2_sdk.runtime.episodes import evaluate_episodes
+        from echo2_sdk.runtime.rollout.episodes import evaluate_episodes
 
         returns, play = evaluate_episodes(adapter, backend, tokenizer, examples, k=k, params=params,
                                           batch_size=batch_size)

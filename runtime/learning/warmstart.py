@@ -16,7 +16,7 @@ import warnings
 
 import torch
 
-from echo2_sdk.runtime.modeling import resolve_dtype
+from echo2_sdk.runtime.models.modeling import resolve_dtype
 
 
 def sft_warm_start(

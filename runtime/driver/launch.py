@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from echo2_sdk.config import Echo2Config
-from echo2_sdk.runtime import setup
+from echo2_sdk.runtime.driver import setup
 
 
 def learner_placement(cfg: Echo2Config, address: str | None = None) -> dict | None:
@@ -77,7 +77,7 @@ class DriverRunner:
             os.chdir(cwd)
         os.environ.setdefault("OMP_NUM_THREADS", "1")
         setup.check_resources(cfg)  # the GPUs Ray gave this actor are visible here
-        from echo2_sdk.runtime.trainer import Trainer
+        from echo2_sdk.runtime.driver.trainer import Trainer
 
         where = self.where()
         self._log(f"learner on node {where['node'][:12]} ({where['host']}); run directory {run_dir} on that node")
@@ -91,7 +91,7 @@ def train(cfg: Echo2Config, run_dir: str, *, resume: bool = False, ray_address: 
     """Train and return the summary; the learner runs here or, when placed, on a learner node."""
     placement = learner_placement(cfg, ray_address)
     if placement is None:
-        from echo2_sdk.runtime.trainer import Trainer
+        from echo2_sdk.runtime.driver.trainer import Trainer
 
         setup.check_resources(cfg)
         return Trainer(cfg, run_dir, resume=resume, ray_address=ray_address, log=log).fit()

@@ -8,43 +8,16 @@ the learner trains. Snapshots travel through a ``SnapshotTransport``; here the R
 from __future__ import annotations
 
 import time
-from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 import ray
 
 from echo2_sdk.adapter import Example
-from echo2_sdk.runtime.remote.codec import example_to_dict, result_from_json
-from echo2_sdk.runtime.worker import GenerationResult, RolloutWorker
-
-CONTROL = "control"
-
-
-class SnapshotTransport(ABC):
-    """How a published snapshot reaches the workers. ``publish`` must not block the learner."""
-
-    @abstractmethod
-    def publish(self, state_dict: dict, version: int, workers: Sequence[Any],
-                names: Sequence[str] | None = None) -> list[Any]:
-        """Start delivering ``state_dict`` as ``version``; return handles that complete on install."""
-
-    def progress(self, version: int, handles: Sequence[Any] = ()) -> dict | None:
-        """Install times measured by the transport itself, or None: the caller times the handles."""
-        return None
-
-    def close(self, workers: Sequence[Any] = ()) -> None:
-        """Release sockets and threads (called once, at pool shutdown)."""
-
-
-class ObjectStoreTransport(SnapshotTransport):
-    """One ``ray.put`` per snapshot; each worker pulls it from the object store."""
-
-    def publish(self, state_dict: dict, version: int, workers: Sequence[Any],
-                names: Sequence[str] | None = None) -> list[Any]:
-        ref = ray.put(state_dict)
-        return [w.install.options(concurrency_group=CONTROL).remote(ref, version) for w in workers]
-
+from echo2_sdk.runtime.broadcast.base import CONTROL, SnapshotTransport
+from echo2_sdk.runtime.broadcast.object_store import ObjectStoreTransport
+from echo2_sdk.runtime.rollout.remote.codec import example_to_dict, result_from_json
+from echo2_sdk.runtime.rollout.worker import GenerationResult, RolloutWorker
 
 @dataclass
 class WorkerSlot:
@@ -144,10 +117,10 @@ class RolloutPool:
         machine never joins Ray, and its replies are JSON checked by the driver (README "Trust model")."""
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-        from echo2_sdk.runtime.remote.protocol import token_from_env
+        from echo2_sdk.runtime.rollout.remote.protocol import token_from_env
 
         if self._remote_proxy_cls is None:
-            from echo2_sdk.runtime.remote.proxy import RemoteWorkerProxy
+            from echo2_sdk.runtime.rollout.remote.proxy import RemoteWorkerProxy
 
             self._remote_proxy_cls = ray.remote(concurrency_groups={CONTROL: 4})(RemoteWorkerProxy)
         token_env = slot.spec.get("token_env") or "ECHO2_WORKER_TOKEN"

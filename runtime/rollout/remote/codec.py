@@ -50,7 +50,7 @@ _NUMBERS = ("num_tokens", "t_generate_s", "t_reward_s", "t_throttle_s")
 
 def result_from_json(data: bytes | str):
     """Decode and check a worker's generate reply; :class:`MalformedReply` says what is wrong."""
-    from echo2_sdk.runtime.worker import GenerationResult
+    from echo2_sdk.runtime.rollout.worker import GenerationResult
 
     if isinstance(data, (bytes, bytearray)) and len(data) > MAX_RESULT_BYTES:
         raise MalformedReply(f"reply of {len(data)} bytes exceeds the {MAX_RESULT_BYTES}-byte limit")

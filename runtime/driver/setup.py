@@ -13,7 +13,7 @@ import torch
 
 from echo2_sdk.adapter import TaskAdapter
 from echo2_sdk.config import ConfigError, Echo2Config
-from echo2_sdk.runtime.rundir import RunDir
+from echo2_sdk.runtime.driver.rundir import RunDir
 
 TINY = "tiny-qwen3"
 
@@ -63,7 +63,7 @@ def prepare_base_model(
     prompts (``train``) and the held-out prompts (``eval``). A resumed run reuses its warm start.
     """
     if cfg.model.name == TINY:
-        from echo2_sdk.runtime.modeling import ensure_tiny_qwen3
+        from echo2_sdk.runtime.models.modeling import ensure_tiny_qwen3
 
         path = ensure_tiny_qwen3(**dataclasses.asdict(cfg.model.tiny))
     else:
@@ -83,7 +83,7 @@ def prepare_base_model(
             f"model.warm_start.enabled=true but task {cfg.task.name!r} has no sft examples with "
             "reference answers; set model.warm_start.enabled=false"
         )
-    from echo2_sdk.runtime.warmstart import sft_warm_start
+    from echo2_sdk.runtime.learning.warmstart import sft_warm_start
 
     t0 = time.perf_counter()
     sft_warm_start(
@@ -95,8 +95,8 @@ def prepare_base_model(
 
 def build_learner(cfg: Echo2Config, base_path: str):
     """(Learner, tokenizer) for the base policy; a frozen reference is loaded only if kl_coef > 0."""
-    from echo2_sdk.runtime.learner import Learner
-    from echo2_sdk.runtime.modeling import load_policy
+    from echo2_sdk.runtime.learning.learner import Learner
+    from echo2_sdk.runtime.models.modeling import load_policy
 
     device = learner_device(cfg)
     model, tokenizer = load_policy(base_path, dtype=cfg.model.dtype, device=device)
@@ -220,7 +220,7 @@ def build_transport(cfg: Echo2Config, address: str | None = None):
     """The snapshot transport named by ``broadcast.transport`` (P2P striped chains by default)."""
     b = cfg.broadcast
     if b.transport == "object_store":
-        from echo2_sdk.runtime.pool import ObjectStoreTransport
+        from echo2_sdk.runtime.broadcast.object_store import ObjectStoreTransport
 
         return ObjectStoreTransport()
     from echo2_sdk.runtime.broadcast.ray_transport import P2PSnapshotTransport

@@ -1,12 +1,33 @@
-"""Small types shared by the node, its serving side and the control plane."""
+"""Contracts of the broadcast plane: how a snapshot reaches the workers (``SnapshotTransport``) and the
+small types shared by the P2P node, its serving side and the control plane."""
 
 from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
-from typing import Protocol
+from abc import ABC, abstractmethod
+from typing import Any, Protocol, Sequence
 
 from echo2_sdk.runtime.broadcast.wire import ProtocolError
+
+CONTROL = "control"
+"""The Ray concurrency group of a worker's control methods (snapshot install/receive): they run beside generation."""
+
+
+class SnapshotTransport(ABC):
+    """How a published snapshot reaches the workers. ``publish`` must not block the learner."""
+
+    @abstractmethod
+    def publish(self, state_dict: dict, version: int, workers: Sequence[Any],
+                names: Sequence[str] | None = None) -> list[Any]:
+        """Start delivering ``state_dict`` as ``version``; return handles that complete on install."""
+
+    def progress(self, version: int, handles: Sequence[Any] = ()) -> dict | None:
+        """Install times measured by the transport itself, or None: the caller times the handles."""
+        return None
+
+    def close(self, workers: Sequence[Any] = ()) -> None:
+        """Release sockets and threads (called once, at pool shutdown)."""
 
 STREAM_ERRORS = (OSError, ConnectionError, asyncio.IncompleteReadError, TimeoutError, ProtocolError)
 """What a broken, stalled or misbehaving peer stream raises: the other side repairs around it."""

@@ -1,6 +1,6 @@
 """The interface every rollout generation backend implements (HF transformers, vLLM, ...).
 
-Log-probability convention (shared with the learner, see `echo2_sdk.runtime.logprobs`):
+Log-probability convention (shared with the learner, see `echo2_sdk.runtime.models.logprobs`):
 `Completion.logprobs[i]` is log_softmax(logits / temperature)[token_ids[i]], i.e. the sampler's
 temperature-scaled distribution *before* top-p truncation. The learner recomputes log-probs the
 same way, so when sampler and learner hold equal weights the truncated-importance-sampling ratio

@@ -14,7 +14,7 @@ import threading
 import traceback
 from typing import Callable
 
-from echo2_sdk.runtime.remote.protocol import FramedSocket, ProtocolError, authenticate
+from echo2_sdk.runtime.rollout.remote.protocol import FramedSocket, ProtocolError, authenticate
 
 _OPS = ("init", "generate", "install", "broadcast_start", "broadcast_receive", "broadcast_close", "ping", "stats", "close")
 
@@ -72,8 +72,8 @@ class WorkerSession:
 
     # ---- operations ------------------------------------------------------------------------
     def _op_init(self, header: dict, _: bytes) -> dict:
-        from echo2_sdk.runtime.backends.base import SamplingParams
-        from echo2_sdk.runtime.worker import RolloutWorker
+        from echo2_sdk.runtime.rollout.backends.base import SamplingParams
+        from echo2_sdk.runtime.rollout.worker import RolloutWorker
 
         kwargs = dict(header["kwargs"])
         task = kwargs.get("task_name")

@@ -1,6 +1,6 @@
 """Multi-turn rollouts: n episodes per example, played in lock-step through a generation backend.
 
-Used by :class:`echo2_sdk.runtime.worker.RolloutWorker` when ``adapter.multi_turn`` is set, and by
+Used by :class:`echo2_sdk.runtime.rollout.worker.RolloutWorker` when ``adapter.multi_turn`` is set, and by
 held-out evaluation. Every round samples one assistant turn for *every* live episode in a single
 ``backend.generate`` call (the first round samples the n episodes of an example from their shared
 prompt with ``n``; later rounds one completion per episode context); each episode's context is the
@@ -29,7 +29,7 @@ from typing import Any, Sequence
 
 from echo2_sdk.adapter import Example, TaskAdapter
 from echo2_sdk.records import RecordLimits, Rollout, RolloutGroup
-from echo2_sdk.runtime.backends.base import GenerationBackend, SamplingParams
+from echo2_sdk.runtime.rollout.backends.base import GenerationBackend, SamplingParams
 
 # Episode counters summed over records (``summarize_rollouts``), when the adapter reports them.
 COUNTERS = ("turns", "invalid_actions", "forced_actions", "hands_played", "chips", "walks")
@@ -178,6 +178,6 @@ def evaluate_episodes(adapter: TaskAdapter, backend: GenerationBackend, tokenize
 def ensure_llm_opponents(adapter: TaskAdapter) -> None:
     """Give an adapter with ``llm:PATH`` seats (``llm_policy_factory is None``) the checkpoint loader."""
     if hasattr(adapter, "llm_policy_factory") and adapter.llm_policy_factory is None:
-        from echo2_sdk.runtime.chat_policy import cached_chat_policy
+        from echo2_sdk.runtime.rollout.chat_policy import cached_chat_policy
 
         adapter.llm_policy_factory = cached_chat_policy

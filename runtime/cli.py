@@ -50,9 +50,9 @@ def _add_config_args(p: argparse.ArgumentParser) -> None:
 
 def cmd_train(args: argparse.Namespace) -> int:
     cfg = _load(args)
-    from echo2_sdk.runtime.launch import learner_placement, train
-    from echo2_sdk.runtime.rundir import default_run_dir
-    from echo2_sdk.runtime.setup import ResourceError, check_resources
+    from echo2_sdk.runtime.driver.launch import learner_placement, train
+    from echo2_sdk.runtime.driver.rundir import default_run_dir
+    from echo2_sdk.runtime.driver.setup import ResourceError, check_resources
 
     placed = learner_placement(cfg, args.ray_address) is not None  # the learner runs on a learner node
     try:
@@ -122,7 +122,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         return 2
     import importlib
 
-    from echo2_sdk.runtime.chat_policy import cached_chat_policy  # torch + transformers, no Ray
+    from echo2_sdk.runtime.rollout.chat_policy import cached_chat_policy  # torch + transformers, no Ray
 
     module, agents, opponents, count = EVALUATORS[args.task]
     eval_from_args = importlib.import_module(module).eval_from_args
@@ -195,7 +195,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_plan_parser(sub)
     add_simulate_parser(sub)
 
-    from echo2_sdk.runtime.remote.cli import add_worker_parser
+    from echo2_sdk.runtime.rollout.remote.cli import add_worker_parser
 
     add_worker_parser(sub)
 

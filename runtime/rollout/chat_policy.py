@@ -14,7 +14,7 @@ import functools
 from pathlib import Path
 
 from echo2_sdk.chat import chat_token_ids
-from echo2_sdk.runtime.backends.base import SamplingParams
+from echo2_sdk.runtime.rollout.backends.base import SamplingParams
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
 
@@ -28,7 +28,7 @@ def _run_base_model(run: Path) -> str:
     if (run / "base_model" / "config.json").exists():
         return str(run / "base_model")
     from echo2_sdk.config import load_config
-    from echo2_sdk.runtime.modeling import TINY_MODEL_NAME, ensure_tiny_qwen3
+    from echo2_sdk.runtime.models.modeling import TINY_MODEL_NAME, ensure_tiny_qwen3
 
     cfg = load_config(str(run / "config.yaml"), [])
     if cfg.model.name == TINY_MODEL_NAME:
@@ -40,8 +40,8 @@ def _run_base_model(run: Path) -> str:
 
 def resolve_policy_path(spec: str) -> tuple[str, str]:
     """(weights path, tokenizer path) of a model name, model folder, run checkpoint or run directory."""
-    from echo2_sdk.runtime.modeling import TINY_MODEL_NAME, ensure_tiny_qwen3
-    from echo2_sdk.runtime.rundir import CHECKPOINT_RE, RunDir
+    from echo2_sdk.runtime.models.modeling import TINY_MODEL_NAME, ensure_tiny_qwen3
+    from echo2_sdk.runtime.driver.rundir import CHECKPOINT_RE, RunDir
 
     if spec == TINY_MODEL_NAME:
         path = ensure_tiny_qwen3()
@@ -76,9 +76,9 @@ class ChatPolicy:
                  device: str = "cpu", dtype: str = "float32") -> None:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        from echo2_sdk.runtime.backends.hf import HFBackend
-        from echo2_sdk.runtime.modeling import resolve_dtype
-        from echo2_sdk.runtime.setup import quiet_libraries
+        from echo2_sdk.runtime.rollout.backends.hf import HFBackend
+        from echo2_sdk.runtime.models.modeling import resolve_dtype
+        from echo2_sdk.runtime.driver.setup import quiet_libraries
 
         quiet_libraries()  # weight-loading progress bars would break the evaluation table
         self.spec = spec

@@ -22,7 +22,7 @@ from echo2_sdk.chat import chat_token_ids
 from echo2_sdk.records import Rollout, RolloutGroup, group_to_wire
 from echo2_sdk.registry import make_task
 from echo2_sdk.rewards import RewardGuard
-from echo2_sdk.runtime.backends.base import SamplingParams
+from echo2_sdk.runtime.rollout.backends.base import SamplingParams
 from echo2_sdk.runtime.broadcast.endpoints import BroadcastReceiverMixin
 
 
@@ -74,7 +74,7 @@ class RolloutWorker(BroadcastReceiverMixin):
         self.name = name
         self.node_id = current_node_id()
         if model_files is not None:  # the base model folder lives on the learner's node only
-            from echo2_sdk.runtime.model_files import materialize
+            from echo2_sdk.runtime.models.files import materialize
 
             model_path = materialize(model_path, model_files)
         self.sampling = sampling
@@ -181,18 +181,18 @@ class RolloutWorker(BroadcastReceiverMixin):
     def generate_wire(self, examples: Sequence[dict]) -> bytes:
         """What the pool calls: examples as JSON-able dicts in, the result as a JSON document out.
 
-        Nothing on the worker → learner path is pickled (``echo2_sdk.runtime.remote.codec``)."""
-        from echo2_sdk.runtime.remote.codec import example_from_dict, result_to_json
+        Nothing on the worker → learner path is pickled (``echo2_sdk.runtime.rollout.remote.codec``)."""
+        from echo2_sdk.runtime.rollout.remote.codec import example_from_dict, result_to_json
 
         return result_to_json(self.generate([example_from_dict(e) for e in examples]))
 
     def _generate_episodes(self, examples: Sequence[Example]) -> GenerationResult:
-        """Multi-turn tasks: n episodes per example in lock-step (``echo2_sdk.runtime.episodes``).
+        """Multi-turn tasks: n episodes per example in lock-step (``echo2_sdk.runtime.rollout.episodes``).
 
         The reward is the trajectory return, computed while playing: no reward subprocess, so the
         whole call holds the generation stage (the environment steps between sampled turns).
         """
-        from echo2_sdk.runtime.episodes import run_episodes
+        from echo2_sdk.runtime.rollout.episodes import run_episodes
 
         with self._generate_lock:
             self._apply_pending()
@@ -259,16 +259,16 @@ def current_node_id() -> str:
 def _make_backend(kind: str, model_path: str, dtype: str, device: str, *, seed: int = 0,
                   vllm_options: Any = None):
     """(backend, tokenizer) for ``rollout.backend``; ``vllm_options``: a VLLMOptions or its dict."""
-    from echo2_sdk.runtime.modeling import TINY_MODEL_NAME, ensure_tiny_qwen3, load_policy
+    from echo2_sdk.runtime.models.modeling import TINY_MODEL_NAME, ensure_tiny_qwen3, load_policy
 
     if kind == "hf":
-        from echo2_sdk.runtime.backends.hf import HFBackend
+        from echo2_sdk.runtime.rollout.backends.hf import HFBackend
 
         model, tokenizer = load_policy(model_path, dtype=dtype, device=device)
         return HFBackend(model, tokenizer, device=device), tokenizer
     if kind == "vllm":
-        from echo2_sdk.runtime.backends.vllm import VLLMBackend, VLLMOptions
-        from echo2_sdk.runtime.modeling import load_tokenizer
+        from echo2_sdk.runtime.rollout.backends.vllm import VLLMBackend, VLLMOptions
+        from echo2_sdk.runtime.models.modeling import load_tokenizer
 
         path = ensure_tiny_qwen3() if model_path == TINY_MODEL_NAME else model_path
         tokenizer = load_tokenizer(path)  # the tokenizer alone: the weights live only in the engine

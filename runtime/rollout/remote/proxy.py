@@ -14,9 +14,9 @@ import itertools
 import socket
 import threading
 
-from echo2_sdk.runtime.remote.codec import MAX_RESULT_BYTES
+from echo2_sdk.runtime.rollout.remote.codec import MAX_RESULT_BYTES
 from echo2_sdk.config import parse_endpoint
-from echo2_sdk.runtime.remote.protocol import FramedSocket, ProtocolError, authenticate
+from echo2_sdk.runtime.rollout.remote.protocol import FramedSocket, ProtocolError, authenticate
 
 
 class RemoteWorkerError(RuntimeError):

@@ -3,7 +3,7 @@
 A hand-written loop rather than `model.generate`. Measured on the 1M tiny model, 2 CPU threads,
 fixed-length rows: the two are within ~15% of each other (64x16 tokens: loop 7.2k vs generate
 6.3k tok/s; 128x8: 6.0k vs 6.5k; 16x32: 4.3k vs 3.7k), so speed does not decide it. The loop
-reports log-probs under exactly the convention of `echo2_sdk.runtime.logprobs`, stops rows per
+reports log-probs under exactly the convention of `echo2_sdk.runtime.models.logprobs`, stops rows per
 their own eos, and a per-call `torch.Generator` makes seeded calls reproducible without touching
 the global RNG (generate's sampling draws from the global one).
 """
@@ -14,7 +14,7 @@ import inspect
 
 import torch
 
-from echo2_sdk.runtime.backends.base import (
+from echo2_sdk.runtime.rollout.backends.base import (
     FINISH_LENGTH,
     FINISH_STOP,
     Completion,
@@ -23,7 +23,7 @@ from echo2_sdk.runtime.backends.base import (
     check_generate_args,
     check_state_dict,
 )
-from echo2_sdk.runtime.logprobs import (
+from echo2_sdk.runtime.models.logprobs import (
     logprob_temperature,
     positions_from_mask,
     sequence_logprobs,  # re-exported: the learner scores sequences with the same function
