@@ -24,9 +24,12 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar, Mapping, Sequence
 
 from echo2_sdk.records import Omega
+
+if TYPE_CHECKING:
+    from echo2_sdk.evaluation import HeadToHead
 
 SPLITS = ("sft", "train", "eval")
 
@@ -126,6 +129,13 @@ class TaskAdapter:
         """Multi-turn, optional: a scripted player's next reply in a running ``episode`` (a
         ``ChatEpisode``; ``episode.env`` is the environment) that earns ``max_reward`` over the episode.
         ``echo2 check`` plays it and asserts the return; ``None`` (the default): no such player."""
+        return None
+
+    # ----- evaluation -------------------------------------------------------------------------
+    @classmethod
+    def head_to_head(cls) -> "HeadToHead | None":
+        """The task's head-to-head evaluation behind ``echo2 eval --task NAME`` (agents against
+        opponents), or ``None`` (the default) when it has none."""
         return None
 
     # ----- helpers ----------------------------------------------------------------------------

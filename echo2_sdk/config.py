@@ -8,6 +8,7 @@ samples.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -324,6 +325,10 @@ class BroadcastConfig:
                 raise ConfigError(f"broadcast.{name}={value} must be > 0 Mbit/s, or null for an unshaped link")
 
 
+REPORT_TO = ("tensorboard", "wandb")
+"""Experiment trackers ``train.report_to`` accepts."""
+
+
 @dataclass(frozen=True)
 class TrainConfig:
     steps: int = 100
@@ -346,6 +351,19 @@ class TrainConfig:
     """Evaluation generation limit (null: rollout.max_new_tokens)."""
     plots: bool = True
     """Write PNG plots into the run directory at the end."""
+    report_to: tuple[str, ...] = ()
+    """Experiment trackers that receive every step's metrics besides metrics.jsonl: ``tensorboard``
+    (event files under ``<run dir>/tensorboard``) and/or ``wandb`` (``WANDB_MODE=offline`` works without an
+    account). Each needs its extra: ``pip install 'echo2[tensorboard]'`` / ``'echo2[wandb]'``."""
+    wandb_project: str = "echo2"
+    """W&B project of the run (with ``report_to: [wandb]``)."""
+
+    def __post_init__(self) -> None:
+        for name in self.report_to:
+            if name not in REPORT_TO:
+                close = difflib.get_close_matches(str(name), REPORT_TO, n=1)
+                hint = f" Did you mean {close[0]!r}?" if close else ""
+                raise ConfigError(f"train.report_to: unknown tracker {name!r}; use any of {list(REPORT_TO)}.{hint}")
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ from echo2_sdk.runtime.rollout.remote.codec import (
 )
 from echo2_sdk.config import parse_endpoint
 from echo2_sdk.runtime.rollout.remote.protocol import FramedSocket, ProtocolError, authenticate
-from echo2_sdk.runtime.rollout.worker import GenerationResult
+from echo2_sdk.runtime.rollout.base import GenerationResult
 
 TOKEN = "t" * 32
 

@@ -6,9 +6,13 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 from abc import ABC, abstractmethod
-from typing import Any, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Protocol, Sequence
 
 from echo2_sdk.runtime.broadcast.wire import ProtocolError
+
+if TYPE_CHECKING:
+    from echo2_sdk.runtime.broadcast.shaping import TokenBucket
+    from echo2_sdk.runtime.broadcast.transfer import Transfer
 
 CONTROL = "control"
 """The Ray concurrency group of a worker's control methods (snapshot install/receive): they run beside generation."""
@@ -73,3 +77,27 @@ class UpstreamFailed(Exception):
     def __init__(self, version: int, message: str) -> None:
         super().__init__(message)
         self.version = version
+
+
+class ServingNode(Protocol):
+    """What a parent-side stream (``serving.ChildStream``) needs of its node; ``BroadcastNode`` is one."""
+
+    id: str
+    stall_timeout_s: float
+    latency_s: float
+    slice: int
+    """Bytes written per uplink-bucket grant."""
+    up: "TokenBucket"
+    faults: Faults
+    sent_chunks: int
+    """Chunks sent over all child streams (for the stall fault)."""
+    stalled: bool
+    corrupted: set[int]
+
+    def transfer_for(self, version: int) -> "Transfer | None":
+        """This version's transfer, created on first mention; None if a newer one superseded it."""
+
+    def track_stream(self, task: asyncio.Task, transport: asyncio.BaseTransport) -> None:
+        """Register a child stream so that a crash or close of the node ends it."""
+
+    def untrack_stream(self, task: asyncio.Task, transport: asyncio.BaseTransport) -> None: ...

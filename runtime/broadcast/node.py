@@ -135,7 +135,15 @@ class BroadcastNode:
         for old in [v for v in self.transfers if v < version]:
             del self.transfers[old]
 
-    def _transfer(self, version: int) -> Transfer | None:
+    def track_stream(self, task: asyncio.Task, transport: asyncio.BaseTransport) -> None:
+        self._tasks.add(task)
+        self._transports.add(transport)
+
+    def untrack_stream(self, task: asyncio.Task, transport: asyncio.BaseTransport) -> None:
+        self._transports.discard(transport)
+        self._tasks.discard(task)
+
+    def transfer_for(self, version: int) -> Transfer | None:
         """This version's transfer, created on first mention; None if a newer one superseded it."""
         if version in self.transfers:
             return self.transfers[version]
@@ -148,7 +156,7 @@ class BroadcastNode:
     # ---- receiving -----------------------------------------------------------------------------
     async def receive(self, version: int, parent: Peer) -> TransferStats:
         """Obtain ``version`` starting from ``parent``; repair through the control plane; install."""
-        transfer = self._transfer(version)
+        transfer = self.transfer_for(version)
         if transfer is None:
             raise BroadcastError(f"{self.id}: asked to receive version {version} after a newer one")
         task = self._receiving.get(version)

@@ -9,20 +9,18 @@ keepalive timer also notices a child that hung up while this side was only waiti
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Callable
+from typing import Callable
 
-from echo2_sdk.runtime.broadcast.base import STREAM_ERRORS, UpstreamFailed
+from echo2_sdk.runtime.broadcast.base import STREAM_ERRORS, ServingNode, UpstreamFailed
 from echo2_sdk.runtime.broadcast.transfer import Transfer
 from echo2_sdk.runtime.broadcast.wire import CHUNK, DONE, ERROR, KEEPALIVE, MANIFEST, ProtocolError, indices_in, pack_header, read_hello
 
-if TYPE_CHECKING:
-    from echo2_sdk.runtime.broadcast.node import BroadcastNode
 
 
 class ChildStream:
     """One connected child."""
 
-    def __init__(self, node: "BroadcastNode", reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    def __init__(self, node: ServingNode, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.node = node
         self.reader, self.writer = reader, writer
         self.loop = asyncio.get_running_loop()
@@ -35,14 +33,13 @@ class ChildStream:
 
     async def run(self) -> None:
         node = self.node
-        node._tasks.add(self.task)
-        node._transports.add(self.writer.transport)
+        node.track_stream(self.task, self.writer.transport)
         try:
             async with asyncio.timeout(node.stall_timeout_s):
                 hello = await read_hello(self.reader)
             if node.latency_s:
                 await asyncio.sleep(node.latency_s)  # the request's one-way trip to us
-            transfer = node._transfer(hello.version)
+            transfer = node.transfer_for(hello.version)
             if transfer is None:
                 reason = f"{node.id} has moved past version {hello.version}; ask the control plane for the current one"
                 await self._send(ERROR, hello.version, 0, reason.encode())
@@ -68,8 +65,7 @@ class ChildStream:
         finally:
             if self._timer is not None:
                 self._timer.cancel()
-            node._transports.discard(self.writer.transport)
-            node._tasks.discard(self.task)
+            node.untrack_stream(self.task, self.writer.transport)
             self.writer.close()
 
     # ---- what to send ------------------------------------------------------------------------

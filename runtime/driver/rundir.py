@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-CHECKPOINT_RE = re.compile(r"^step_(\d+)$")
+from echo2_sdk.runtime.models.files import latest_checkpoint
 
 
 def default_run_dir(task: str) -> str:
@@ -61,14 +61,7 @@ class RunDir:
         return self.checkpoints / f"step_{step}"
 
     def latest_checkpoint(self) -> Path | None:
-        if not self.checkpoints.exists():
-            return None
-        found = [
-            (int(m.group(1)), p)
-            for p in self.checkpoints.iterdir()
-            if (m := CHECKPOINT_RE.match(p.name)) and p.is_dir()
-        ]
-        return max(found)[1] if found else None
+        return latest_checkpoint(self.checkpoints)
 
 
 def _jsonable(obj: Any) -> Any:

@@ -34,14 +34,6 @@ def check_resources(cfg: Echo2Config) -> None:
         )
 
 
-def quiet_libraries() -> None:
-    """Progress bars of weight loading drown the training log; keep warnings and errors."""
-    import transformers
-
-    transformers.utils.logging.set_verbosity_error()
-    transformers.utils.logging.disable_progress_bar()
-
-
 def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed % 2**32)

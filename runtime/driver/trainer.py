@@ -28,6 +28,7 @@ from echo2_sdk.runtime.driver.metrics import RunStats, progress_line, summarize
 from echo2_sdk.runtime.rollout.pool import RolloutPool
 from echo2_sdk.runtime.planning.control import PoolController
 from echo2_sdk.runtime.driver.rundir import RunDir
+from echo2_sdk.runtime.models.modeling import quiet_libraries
 from echo2_sdk.runtime.rollout.backends.base import SamplingParams
 
 
@@ -36,7 +37,7 @@ class Trainer:
                  ray_address: str | None = None, log: Callable[[str], None] = print) -> None:
         self.cfg, self.log = cfg, log
         setup.check_resources(cfg)
-        setup.quiet_libraries()
+        quiet_libraries()
         setup.seed_everything(cfg.train.seed)
         self.run = RunDir(run_dir)
         (self.run.path / "config.yaml").write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))

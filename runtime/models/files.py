@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -61,3 +62,15 @@ def materialize(model_path: str, packed: Any) -> str:
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return str(final)
+
+
+CHECKPOINT_RE = re.compile(r"^step_(\d+)$")
+"""A run's checkpoint folders: ``<run>/checkpoints/step_K``."""
+
+
+def latest_checkpoint(checkpoints: Path) -> Path | None:
+    """The ``step_K`` folder with the largest K under ``checkpoints``, or None."""
+    if not checkpoints.exists():
+        return None
+    found = [(int(m.group(1)), p) for p in checkpoints.iterdir() if (m := CHECKPOINT_RE.match(p.name)) and p.is_dir()]
+    return max(found)[1] if found else None

@@ -220,3 +220,11 @@ def load_policy(
     if model.generation_config.pad_token_id is None:
         model.generation_config.pad_token_id = tokenizer.pad_token_id
     return model.to(device).eval(), tokenizer
+
+
+def quiet_libraries() -> None:
+    """Progress bars of weight loading drown the training log; keep warnings and errors."""
+    import transformers
+
+    transformers.utils.logging.set_verbosity_error()
+    transformers.utils.logging.disable_progress_bar()

@@ -41,7 +41,7 @@ def _run_base_model(run: Path) -> str:
 def resolve_policy_path(spec: str) -> tuple[str, str]:
     """(weights path, tokenizer path) of a model name, model folder, run checkpoint or run directory."""
     from echo2_sdk.runtime.models.modeling import TINY_MODEL_NAME, ensure_tiny_qwen3
-    from echo2_sdk.runtime.driver.rundir import CHECKPOINT_RE, RunDir
+    from echo2_sdk.runtime.models.files import CHECKPOINT_RE, latest_checkpoint
 
     if spec == TINY_MODEL_NAME:
         path = ensure_tiny_qwen3()
@@ -53,7 +53,7 @@ def resolve_policy_path(spec: str) -> tuple[str, str]:
                                     "'Qwen/Qwen3-0.6B'; give a model folder, runs/NAME/checkpoints/step_K or runs/NAME")
         return spec, spec  # a Hub id
     if (folder / "config.yaml").exists() and (folder / "checkpoints").is_dir():  # a run directory
-        latest = RunDir(folder).latest_checkpoint()
+        latest = latest_checkpoint(folder / "checkpoints")
         if latest is None:
             raise FileNotFoundError(f"run directory {folder} has no checkpoints yet (expected "
                                     f"{folder}/checkpoints/step_K); give its base_model folder instead")
@@ -77,8 +77,7 @@ class ChatPolicy:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         from echo2_sdk.runtime.rollout.backends.hf import HFBackend
-        from echo2_sdk.runtime.models.modeling import resolve_dtype
-        from echo2_sdk.runtime.driver.setup import quiet_libraries
+        from echo2_sdk.runtime.models.modeling import quiet_libraries, resolve_dtype
 
         quiet_libraries()  # weight-loading progress bars would break the evaluation table
         self.spec = spec

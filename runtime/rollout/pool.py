@@ -17,7 +17,8 @@ from echo2_sdk.adapter import Example
 from echo2_sdk.runtime.broadcast.base import CONTROL, SnapshotTransport
 from echo2_sdk.runtime.broadcast.object_store import ObjectStoreTransport
 from echo2_sdk.runtime.rollout.remote.codec import example_to_dict, result_from_json
-from echo2_sdk.runtime.rollout.worker import GenerationResult, RolloutWorker
+from echo2_sdk.runtime.rollout.base import GenerationResult
+from echo2_sdk.runtime.rollout.worker import RolloutWorker
 
 @dataclass
 class WorkerSlot:

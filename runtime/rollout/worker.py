@@ -24,25 +24,7 @@ from echo2_sdk.registry import make_task
 from echo2_sdk.rewards import RewardGuard
 from echo2_sdk.runtime.rollout.backends.base import SamplingParams
 from echo2_sdk.runtime.broadcast.endpoints import BroadcastReceiverMixin
-
-
-@dataclass
-class GenerationResult:
-    """What one ``generate`` call returns to the driver."""
-
-    worker: str
-    groups: list[dict]
-    """Rollout groups in the wire format of ``echo2_sdk.records.group_to_wire``."""
-    version: int
-    num_tokens: int
-    t_generate_s: float
-    t_reward_s: float
-    t_throttle_s: float
-    reward_status: dict[str, int] = field(default_factory=dict)
-    installed: dict[int, float] = field(default_factory=dict)
-    """Versions installed since the last call → wall time (time.time()) of the install."""
-    node: str = ""
-    """Where it was generated: the Ray node id of the worker's actor (the hostname outside Ray)."""
+from echo2_sdk.runtime.rollout.base import GenerationResult
 
 
 class RolloutWorker(BroadcastReceiverMixin):

@@ -14,6 +14,7 @@ import math
 from typing import Any
 
 from echo2_sdk.adapter import Example
+from echo2_sdk.runtime.rollout.base import GenerationResult
 
 MAX_RESULT_BYTES = 256 * 1024 * 1024
 """A generate reply larger than this is refused unread (a sane one is a few MB)."""
@@ -50,7 +51,6 @@ _NUMBERS = ("num_tokens", "t_generate_s", "t_reward_s", "t_throttle_s")
 
 def result_from_json(data: bytes | str):
     """Decode and check a worker's generate reply; :class:`MalformedReply` says what is wrong."""
-    from echo2_sdk.runtime.rollout.worker import GenerationResult
 
     if isinstance(data, (bytes, bytearray)) and len(data) > MAX_RESULT_BYTES:
         raise MalformedReply(f"reply of {len(data)} bytes exceeds the {MAX_RESULT_BYTES}-byte limit")
