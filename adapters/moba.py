@@ -9,7 +9,7 @@ over a live lane (creeps fighting, gold and levels on both sides); the model the
 Training signal:
 
 - reward R = Σ_t r_t, the env's shaped return (gold, structure damage, deaths, ±10 for a base;
-  see :mod:`echo2_sdk.envs.moba`); refused actions earn nothing but cost attempts, then a hold;
+  see :mod:`echo2_sdk.envs.moba.env`); refused actions earn nothing but cost attempts, then a hold;
 - Ω.loss_mask covers assistant tokens only, aligned to the completion tokens;
 - Ω.group is the lane state when the model takes over (``ahead``/``even``/``behind`` in gold), so
   ``grouping: key`` compares similar lanes; ``grouping: prompt`` (GRPO) compares the n samples of
@@ -26,8 +26,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from echo2_sdk.adapter import Example
-from echo2_sdk.envs.moba import MobaConfig, MobaEnv
-from echo2_sdk.envs.moba_players import make_player
+from echo2_sdk.envs.moba import MobaConfig, MobaEnv, make_player
+from echo2_sdk.evaluation import HeadToHead
 from echo2_sdk.episodic import EpisodicTaskAdapter, TextEpisode
 from echo2_sdk.registry import register_task
 
@@ -78,6 +78,13 @@ class MobaAdapter(EpisodicTaskAdapter):
             allies=(opts.ally,), max_invalid_actions=opts.max_invalid_actions, win_reward=opts.win_reward,
         )
         self.max_reward = opts.win_reward + 10.0
+
+    @classmethod
+    def head_to_head(cls) -> HeadToHead:
+        """``echo2 eval --task moba``: duplicate games, win rate and mean reward."""
+        from echo2_sdk.envs.moba.evaluation import HEAD_TO_HEAD  # on demand: playing moba does not need it
+
+        return HEAD_TO_HEAD
 
     def _example(self, split: str, index: int) -> Example:
         episode_seed = self.episode_seed(split, index)

@@ -11,7 +11,7 @@ Training signal:
 - Ω.loss_mask covers assistant tokens only (turn-aware ``<|im_start|>`` counting, see
   :func:`echo2_sdk.signals.assistant_mask`), aligned to the completion tokens;
 - Ω.group is the bucket of the agent's private cards in the first hand it acts in
-  (:data:`echo2_sdk.envs.poker_strength.BUCKETS`), so ``grouping: key`` normalizes advantages among
+  (:data:`echo2_sdk.envs.poker.strength.BUCKETS`), so ``grouping: key`` normalizes advantages among
   similar hands and ``grouping: batch`` over the batch. ``grouping: prompt`` (GRPO) compares the n
   samples of one episode seed: same cards, same opponent randomness.
 
@@ -37,8 +37,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from echo2_sdk.adapter import Example
-from echo2_sdk.envs.poker import PokerConfig, PokerEnv
-from echo2_sdk.envs.poker_players import make_player
+from echo2_sdk.envs.poker import PokerConfig, PokerEnv, make_player
+from echo2_sdk.evaluation import HeadToHead
 from echo2_sdk.episodic import EpisodeTokens, EpisodicTaskAdapter, TextEpisode
 from echo2_sdk.registry import register_task
 
@@ -94,6 +94,13 @@ class PokerAdapter(EpisodicTaskAdapter):
         )
         self.unit = self.reward_scale = opts.big_blind if opts.reward_unit == "big_blind" else 1
         self.max_reward = opts.starting_stack * (opts.seats - 1) * opts.hands_per_episode / self.unit
+
+    @classmethod
+    def head_to_head(cls) -> HeadToHead:
+        """``echo2 eval --task poker``: duplicate deals, chips won per 100 big blinds."""
+        from echo2_sdk.envs.poker.evaluation import HEAD_TO_HEAD  # on demand: playing poker does not need it
+
+        return HEAD_TO_HEAD
 
     def _example(self, split: str, index: int) -> Example:
         episode_seed = self.episode_seed(split, index)

@@ -22,8 +22,8 @@ import time
 
 def play(episodes: int, seed: int) -> tuple[list[dict], float]:
     from echo2_sdk.envs.moba import MobaConfig
-    from echo2_sdk.envs.moba_eval import play_game
-    from echo2_sdk.envs.moba_players import make_player
+    from echo2_sdk.envs.moba.evaluation import play_game
+    from echo2_sdk.envs.moba.players import make_player
 
     config = MobaConfig()
     farmer, pusher = make_player("rule:farmer"), make_player("rule:pusher")

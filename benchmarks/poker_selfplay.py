@@ -22,9 +22,9 @@ from collections import defaultdict
 
 
 def conservation(hands: int, seed: int) -> dict:
-    from echo2_sdk.envs.poker_eval import style_stats
-    from echo2_sdk.envs.poker_hand import TableConfig, play_hand
-    from echo2_sdk.envs.poker_players import make_player
+    from echo2_sdk.envs.poker.evaluation import style_stats
+    from echo2_sdk.envs.poker.hand import TableConfig, play_hand
+    from echo2_sdk.envs.poker.players import make_player
 
     styles = ["rule:calling", "rule:tag", "rule:lag", "rule:random"]
     rng = random.Random(seed)
@@ -61,7 +61,7 @@ def conservation(hands: int, seed: int) -> dict:
 
 
 def evaluation(hands: int, seeds: list[int]) -> dict:
-    from echo2_sdk.envs.poker_eval import render_table, run_eval
+    from echo2_sdk.envs.poker.evaluation import render_table, run_eval
 
     styles = ["rule:calling", "rule:tag", "rule:lag"]
     out = {"tables": {}, "text": {}, "rankings": {}}

@@ -45,21 +45,22 @@ def main() -> None:
     from echo2_sdk.runtime.learning.batching import collate
     from echo2_sdk.runtime.learning.learner import Learner
     from echo2_sdk.runtime.models.modeling import ensure_tiny_qwen3, load_policy
+    from echo2_sdk.runtime.rollout.base import WorkerSettings
     from echo2_sdk.runtime.rollout.worker import RolloutWorker
 
     path = ensure_tiny_qwen3()
     task = make_task("arith", {}, seed=0)
     examples = list(task.examples("train"))[: args.prompts]
     params = SamplingParams(temperature=1.0, top_p=1.0, max_new_tokens=args.max_new_tokens, seed=0)
-    worker_kwargs = dict(model_path=path, task_name="arith", task_options={}, sampling=params,
-                         samples_per_prompt=args.n, seed=0, threads=args.threads)
+    settings = WorkerSettings(model_path=path, task_name="arith", task_options={}, sampling=params,
+                              samples_per_prompt=args.n, seed=0, threads=args.threads)
 
     model, tok = load_policy(path)
     raw = HFBackend(model, tok)
     prompts = [chat_token_ids(tok, task.build_messages(e)) for e in examples]
-    worker = RolloutWorker("bench", **worker_kwargs)
+    worker = RolloutWorker("bench", settings)
     ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR")
-    actor = ray.remote(RolloutWorker).options(num_cpus=0, max_concurrency=2).remote("bench-actor", **worker_kwargs)
+    actor = ray.remote(RolloutWorker).options(num_cpus=0, max_concurrency=2).remote("bench-actor", settings)
     ray.get(actor.ping.remote())
 
     def run_raw() -> tuple[int, float]:
@@ -75,7 +76,7 @@ def main() -> None:
             toks += worker.generate(examples).num_tokens
         return toks, time.perf_counter() - t0
 
-    from echo2_sdk.runtime.rollout.remote.codec import example_to_dict, result_from_json
+    from echo2_sdk.runtime.rollout.codec import example_to_dict, result_from_json
 
     wire_examples = [example_to_dict(ex) for ex in examples]
 

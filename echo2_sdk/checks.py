@@ -12,12 +12,11 @@ import re
 import time
 from typing import Any, Sequence
 
-from echo2_sdk.adapter import SPLITS, Example, TaskAdapter
-from echo2_sdk.chat import chat_token_ids
+from echo2_sdk.adapter import SPLITS, BaseTaskAdapter, Example, MultiTurnTaskAdapter, TaskAdapter
+from echo2_sdk.chat import chat_markers, chat_token_ids
 from echo2_sdk.records import Omega, RecordLimits, Rollout, validate_rollout
 
 REQUIRED_SPLITS = ("train", "eval")
-IM_END = "<|im_end|>"
 # Answers no sensible reward should give full marks to.
 GENERIC_WRONG_ANSWERS = ("", "I don't know.")
 _INTEGER = re.compile(r"-?\d+")
@@ -27,13 +26,13 @@ class AdapterCheckError(AssertionError):
     """A task adapter broke a contract; the message says what, where, and how to fix it."""
 
 
-def render_prompt_ids(adapter: TaskAdapter, tokenizer, example: Example) -> list[int]:
+def render_prompt_ids(adapter: BaseTaskAdapter, tokenizer, example: Example) -> list[int]:
     """Token ids of the prompt x: the adapter's chat messages + the assistant generation prompt."""
     return chat_token_ids(tokenizer, adapter.build_messages(example))
 
 
 def _error(
-    adapter: TaskAdapter, what: str, fix: str, example: Example | None = None
+    adapter: BaseTaskAdapter, what: str, fix: str, example: Example | None = None
 ) -> AdapterCheckError:
     where = f" on example {example.id!r}" if example is not None else ""
     return AdapterCheckError(f"check_adapter({type(adapter).__name__}): {what}{where}. Fix: {fix}")
@@ -43,7 +42,7 @@ def _signature(examples: Sequence[Example]) -> list[tuple]:
     return [(ex.id, ex.prompt, ex.answer) for ex in examples]
 
 
-def _check_splits(adapter: TaskAdapter) -> dict[str, list[Example]]:
+def _check_splits(adapter: BaseTaskAdapter) -> dict[str, list[Example]]:
     splits = {}
     for split in SPLITS:
         try:
@@ -71,7 +70,7 @@ def _check_splits(adapter: TaskAdapter) -> dict[str, list[Example]]:
     return splits
 
 
-def _check_determinism(adapter: TaskAdapter, splits: dict[str, list[Example]]) -> None:
+def _check_determinism(adapter: BaseTaskAdapter, splits: dict[str, list[Example]]) -> None:
     try:
         twin = type(adapter)(adapter.options, seed=adapter.seed)
     except Exception as exc:
@@ -110,18 +109,10 @@ def _wrong_answers(reference: str) -> list[str]:
     return wrong
 
 
-def _eos_id(tokenizer) -> int:
-    im_end = tokenizer.convert_tokens_to_ids(IM_END)
-    if isinstance(im_end, int) and im_end != tokenizer.unk_token_id:
-        return im_end
-    if tokenizer.eos_token_id is None:
-        raise AdapterCheckError(f"the tokenizer has neither {IM_END!r} nor an eos token")
-    return tokenizer.eos_token_id
-
-
-def _check_rollout(adapter, tokenizer, example: Example, reference: str, reward: float) -> None:
+def _check_rollout(adapter: TaskAdapter, tokenizer, example: Example, reference: str, reward: float) -> None:
     prompt_ids = render_prompt_ids(adapter, tokenizer, example)
-    completion_ids = list(tokenizer.encode(reference, add_special_tokens=False)) + [_eos_id(tokenizer)]
+    # A reply ends with the token that closes its turn, as a sampled one does.
+    completion_ids = list(tokenizer.encode(reference, add_special_tokens=False)) + [chat_markers(tokenizer).turn_end_id]
     try:
         omega = adapter.materialize(example, prompt_ids, completion_ids)
     except Exception as exc:
@@ -154,15 +145,16 @@ def _check_rollout(adapter, tokenizer, example: Example, reference: str, reward:
                      "see echo2_sdk.records.validate_rollout for the rules the learner enforces", example)
 
 
-def check_adapter(adapter: TaskAdapter, tokenizer, *, max_examples: int = 8) -> dict[str, Any]:
+def check_adapter(adapter: BaseTaskAdapter, tokenizer, *, max_examples: int = 8) -> dict[str, Any]:
     """Check an adapter's data, determinism, reward and Ω on up to ``max_examples`` examples.
 
     Checks: ``train`` and ``eval`` are non-empty; ids are unique strings within each split; a
     second instance with the same seed gives the same examples; the reference answer earns
     ``max_reward`` and obviously wrong answers do not; rewards are finite; ``materialize`` gives
-    a 0/1 mask aligned to the completion; a Rollout of prompt + reference + ``<|im_end|>`` passes
-    ``validate_rollout``. Examples without a reference answer skip the reward and Ω checks, and
-    multi-turn adapters skip the Ω check (their Ω comes from an environment; see ``check_env``).
+    a 0/1 mask aligned to the completion; a Rollout of prompt + reference + the turn's closing
+    token passes ``validate_rollout``. Examples without a reference answer skip the reward and Ω
+    checks, and so do multi-turn adapters (their reward and Ω come from playing an episode; see
+    ``echo2_sdk.task_check.check_task`` and ``check_env``).
 
     Returns ``{"task", "splits": {split: count}, "checked": n, "with_reference": n, "seconds"}``.
     """
@@ -180,6 +172,8 @@ def check_adapter(adapter: TaskAdapter, tokenizer, *, max_examples: int = 8) -> 
         if reference is None:
             continue
         with_reference += 1
+        if isinstance(adapter, MultiTurnTaskAdapter):
+            continue
         gold_reward = _reward(adapter, example, reference)
         if gold_reward < adapter.max_reward - 1e-9:
             raise _error(adapter, f"the reference answer {reference[:80]!r} earns {gold_reward}, below "
@@ -193,8 +187,7 @@ def check_adapter(adapter: TaskAdapter, tokenizer, *, max_examples: int = 8) -> 
                 raise _error(adapter, f"the wrong answer {wrong!r} earns max_reward={adapter.max_reward} "
                              f"(reference {reference[:80]!r})",
                              "the reward must compare the answer with the gold answer", example)
-        if not adapter.multi_turn:
-            _check_rollout(adapter, tokenizer, example, reference, gold_reward)
+        _check_rollout(adapter, tokenizer, example, reference, gold_reward)
     return {
         "task": adapter.name or type(adapter).__name__,
         "splits": {split: len(examples) for split, examples in splits.items()},

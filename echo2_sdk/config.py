@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -21,15 +20,30 @@ from echo2_sdk.config_loader import (  # re-exported: the public config API live
     load_yaml,
     to_dict,
 )
-from echo2_sdk.scheduler_config import (
-    PoolSchedulerConfig,
+from echo2_sdk.rollout_config import (  # re-exported: every config section is importable from here
+    RolloutConfig,
+    VLLMOptions,
+    WorkerSpec,
+    check_resources_map,
     check_unique,
     load_pool_file,
+    parse_endpoint,
+    resolve_workers,
+)
+from echo2_sdk.scheduler_config import (
+    PoolSchedulerConfig,
     reject_old_spellings,
     validate_pool,
 )
 
-__all__ = ["Echo2Config", "ConfigError", "build_dataclass", "load_config", "to_dict", "resolve_kappa"]
+__all__ = [
+    "Echo2Config", "ConfigError", "build_dataclass", "load_config", "to_dict", "resolve_kappa", "replace",
+    # the sections
+    "TaskConfig", "ModelConfig", "TinyModelConfig", "WarmStartConfig", "RolloutConfig", "VLLMOptions", "WorkerSpec",
+    "AlgoConfig", "RuntimeConfig", "BroadcastConfig", "TrainConfig", "PoolSchedulerConfig",
+    # the workers
+    "resolve_workers", "load_pool_file", "parse_endpoint",
+]
 
 
 @dataclass(frozen=True)
@@ -76,146 +90,6 @@ class ModelConfig:
     """Size of the tiny model."""
     warm_start: WarmStartConfig = field(default_factory=WarmStartConfig)
     """Supervised warm start that makes a base policy for RL (off by default)."""
-
-
-@dataclass(frozen=True)
-class VLLMOptions:
-    """Engine options of the vLLM rollout backend (``rollout.backend: vllm``)."""
-
-    gpu_memory_utilization: float = 0.85
-    """Fraction of the GPU's memory the engine may claim for weights, activations and KV cache (CUDA only)."""
-    enforce_eager: bool = False
-    """Skip CUDA-graph capture / torch.compile: faster start-up, slower decoding."""
-    max_model_len: int | None = None
-    """Longest prompt + completion in tokens the KV cache is sized for (None: the model's maximum)."""
-    max_num_seqs: int | None = None
-    """Sequences decoded at once (None: vLLM's default)."""
-    cpu_kv_cache_gib: float = 1.0
-    """KV-cache size in GiB on CPU (the environment variable ``VLLM_CPU_KVCACHE_SPACE`` overrides it)."""
-
-    def __post_init__(self) -> None:
-        if not 0.0 < self.gpu_memory_utilization <= 1.0:
-            raise ConfigError(f"rollout.vllm.gpu_memory_utilization={self.gpu_memory_utilization} must be in (0, 1]")
-        for key in ("max_model_len", "max_num_seqs"):
-            value = getattr(self, key)
-            if value is not None and value < 1:
-                raise ConfigError(f"rollout.vllm.{key}={value} must be >= 1 (or null for vLLM's default)")
-        if not self.cpu_kv_cache_gib > 0:
-            raise ConfigError(f"rollout.vllm.cpu_kv_cache_gib={self.cpu_kv_cache_gib} must be > 0, e.g. 1.0")
-
-
-def parse_endpoint(text: str) -> tuple[str, int]:
-    """``HOST:PORT`` → (host, port); ValueError naming the expected form."""
-    host, sep, port = str(text).rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise ValueError(f"endpoint {text!r} must be HOST:PORT (e.g. 203.0.113.7:7100)")
-    return host, int(port)
-
-
-@dataclass(frozen=True)
-class WorkerSpec:
-    name: str
-    """Worker name (shown in metrics and logs)."""
-    max_tokens_per_s: float | None = None
-    """Simulated throughput cap in generated tokens per second (None = as fast as the hardware)."""
-    usd_per_hour: float | None = None
-    """c_i: what the worker costs, US dollars per hour (None: ``scheduler.prices[gpu]``, or 0 with the scheduler off)."""
-    gpu: str = "cpu"
-    """Device class label (reported; the price-table key when ``usd_per_hour`` is None)."""
-    rollouts_per_s: float | None = None
-    """μ_i prior: samples per second the worker is expected to deliver (None: estimated from
-    ``max_tokens_per_s`` / ``rollout.max_new_tokens``); the scheduler replaces it with measurements."""
-    uplink_mbps: float | None = None
-    """Upload bandwidth in Mbit/s (reported; as in ``echo2 plan`` pool files)."""
-    downlink_mbps: float | None = None
-    """Download bandwidth in Mbit/s (reported; as in ``echo2 plan`` pool files)."""
-    endpoint: str | None = None
-    """``HOST:PORT`` of an ``echo2 worker serve`` process on a machine outside the Ray cluster (untrusted
-    rollout machines); None: a Ray actor. See README "Trust model"."""
-    token_env: str = "ECHO2_WORKER_TOKEN"
-    """Environment variable (on the learner) holding the token shared with that remote worker."""
-    resources: dict[str, float] = field(default_factory=dict)
-    """Ray custom resources this worker's actor requests, on top of (and overriding keys of)
-    ``rollout.worker_resources``; e.g. ``{node_a: 1}`` pins it to the node started with that resource."""
-
-    def __post_init__(self) -> None:
-        if self.endpoint is not None:
-            try:
-                parse_endpoint(self.endpoint)
-            except ValueError as exc:
-                raise ConfigError(f"worker {self.name!r}: {exc}, of an `echo2 worker serve` process") from None
-        if not self.name:
-            raise ConfigError("rollout.workers: a worker name must be a non-empty string")
-        check_resources_map(self.resources, f"worker {self.name!r}: resources")
-        for key, minimum in (("max_tokens_per_s", "> 0"), ("usd_per_hour", "≥ 0"), ("rollouts_per_s", "≥ 0"),
-                             ("uplink_mbps", "> 0"), ("downlink_mbps", "> 0")):
-            value = getattr(self, key)
-            ok = value is None or (value > 0 if minimum == "> 0" else value >= 0) and math.isfinite(value)
-            if not ok:
-                raise ConfigError(f"worker {self.name!r}: {key}={value!r} must be a finite number {minimum} (or omitted)")
-
-
-@dataclass(frozen=True)
-class RolloutConfig:
-    num_workers: int = 2
-    """Rollout worker actors (ignored when ``workers`` lists them one by one)."""
-    workers: tuple[WorkerSpec, ...] = ()
-    """Optional per-worker specs (simulated throughput caps and prices) for heterogeneous pools."""
-    pool_file: str | None = None
-    """A YAML list of worker entries (the keys of ``workers``; ``echo2 plan`` pool files work as they
-    are), used instead of ``workers``."""
-    samples_per_prompt: int = 8
-    """n: samples generated per prompt; one group = n samples of one prompt under one version."""
-    prompts_per_request: int = 4
-    """Prompts a worker generates in one backend call (so one call yields this many groups)."""
-    temperature: float = 1.0
-    """Sampling temperature (the learner recomputes logprobs at the same temperature)."""
-    top_p: float = 1.0
-    """Nucleus sampling threshold."""
-    max_new_tokens: int = 16
-    """Generation length limit per sample, in tokens."""
-    backend: Literal["hf", "vllm"] = "hf"
-    """Generation backend."""
-    vllm: VLLMOptions = field(default_factory=VLLMOptions)
-    """Engine options when ``backend`` is ``vllm``."""
-    reward_timeout_s: float = 5.0
-    """Deadline of one reward computation; a hang or crash scores 0 and is counted."""
-    max_answer_chars: int = 4000
-    """Completions longer than this score 0 without calling the reward."""
-    logprob_tolerance: float | None = 0.1
-    """Flag a worker whose sampler log-probs differ from the learner's recomputation by more than this
-    mean |Δ log-prob| per token on the same snapshot (staleness-0 samples); null: report, never flag."""
-    logprob_check_min_tokens: int = 64
-    """Same-snapshot tokens a worker must deliver before the tolerance is checked (in async runs only the
-    few samples trained at their own version count: ~190 per worker in a 400-step quickstart)."""
-    reward_audit_fraction: float = 0.05
-    """Fraction of samples from ``echo2 worker serve`` workers (outside Ray, untrusted) whose reward the
-    learner recomputes; a group with a mismatch is rejected. 0 disables (README "Trust model")."""
-    reward_audit_ray_workers: bool = False
-    """Audit Ray workers too (they are trusted cluster members; useful to test a custom reward)."""
-    reward_audit_evict_after: int = 3
-    """Evict a worker from the pool after this many mismatching groups (0: never, only reject and flag)."""
-    threads_per_worker: int = 1
-    """torch threads in each worker process."""
-    gpus_per_worker: float = 0.0
-    """GPUs each worker actor reserves through Ray (0: the worker generates on CPU)."""
-    worker_resources: dict[str, float] = field(default_factory=dict)
-    """Ray custom resources every worker actor requests, e.g. ``{rollout: 1}`` to place workers only on
-    nodes started with ``ray start --resources='{"rollout": 4}'`` (at most 4 workers there); a worker's
-    own ``resources`` add to these and win on shared keys. Empty: anywhere in the cluster."""
-
-    def __post_init__(self) -> None:
-        check_resources_map(self.worker_resources, "rollout.worker_resources")
-        if self.logprob_tolerance is not None and not (self.logprob_tolerance > 0 and math.isfinite(self.logprob_tolerance)):
-            raise ConfigError(f"rollout.logprob_tolerance={self.logprob_tolerance!r} must be a finite number > 0 "
-                              "(nats per token, e.g. 0.1) or null to never flag")
-        if not 0.0 <= self.reward_audit_fraction <= 1.0:
-            raise ConfigError(f"rollout.reward_audit_fraction={self.reward_audit_fraction} must be in [0, 1] "
-                              "(0 disables the audit)")
-        if self.reward_audit_evict_after < 0:
-            raise ConfigError(f"rollout.reward_audit_evict_after={self.reward_audit_evict_after} must be >= 0 (0: never)")
-        if self.logprob_check_min_tokens < 1:
-            raise ConfigError(f"rollout.logprob_check_min_tokens={self.logprob_check_min_tokens} must be >= 1, e.g. 64")
 
 
 @dataclass(frozen=True)
@@ -414,19 +288,6 @@ class Echo2Config:
         return len(self.rollout.workers) or self.rollout.num_workers
 
 
-def check_resources_map(resources: dict, path: str) -> None:
-    """Ray resource requests: names are non-empty strings, amounts finite and > 0 (CPU/GPU have their own keys)."""
-    for name, amount in resources.items():
-        if not isinstance(name, str) or not name:
-            raise ConfigError(f"{path}: resource names must be non-empty strings, got {name!r}")
-        if name in ("CPU", "GPU", "memory", "object_store_memory"):
-            raise ConfigError(f"{path}: {name!r} is not a custom resource; GPUs are set with "
-                              "rollout.gpus_per_worker / runtime.require_gpus")
-        ok = isinstance(amount, (int, float)) and not isinstance(amount, bool) and math.isfinite(amount) and amount > 0
-        if not ok:
-            raise ConfigError(f"{path}: {name}={amount!r} must be a number > 0, e.g. {{{name}: 1}}")
-
-
 def resolve_kappa(staleness: int, kappa: int | None) -> int:
     """κ from S: default S − 1 (but at least 2); an explicit κ must satisfy 2 ≤ κ ≤ S.
 
@@ -475,16 +336,6 @@ def _absolute_task_file(data: dict, base: Path) -> None:
     if isinstance(name, str) and is_file_spec(name):
         file, _, attr = name.rpartition(":")
         task["name"] = f"{(base / Path(file).expanduser()).resolve()}:{attr}"
-
-
-def resolve_workers(cfg: Echo2Config) -> tuple[WorkerSpec, ...]:
-    """The rollout workers: ``rollout.workers``, the entries of ``rollout.pool_file``, or
-    ``rollout.num_workers`` unnamed ones (``worker0``, ``worker1``, …)."""
-    if cfg.rollout.workers:
-        return cfg.rollout.workers
-    if cfg.rollout.pool_file:
-        return load_pool_file(cfg.rollout.pool_file)
-    return tuple(WorkerSpec(f"worker{i}") for i in range(cfg.rollout.num_workers))
 
 
 def validate_task_options(cfg: Echo2Config) -> None:

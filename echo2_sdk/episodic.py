@@ -1,5 +1,7 @@
 """``EpisodicTaskAdapter``: the shared body of multi-turn tasks played in a text environment.
 
+It implements :class:`echo2_sdk.adapter.MultiTurnTaskAdapter` over a :class:`echo2_sdk.env.TextEnv`.
+
 A task of this kind (``poker``, ``moba``) names one episode per example (``meta["episode_seed"]``) and
 plays it in an env with ``begin_episode(seed)``, ``system_prompt`` and gymnasium ``step``. A subclass
 supplies only what differs: the env (``make_env``), how an example is described (``_example``), the
@@ -20,14 +22,17 @@ Options a subclass's ``Options`` must have: ``num_train``, ``num_eval``, ``num_s
 
 from __future__ import annotations
 
+import abc
 import random
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
-from echo2_sdk.adapter import Example, TaskAdapter
-from echo2_sdk.env import ChatEpisode, EpisodeLog, Policy
+from echo2_sdk.adapter import Example, MultiTurnTaskAdapter
+from echo2_sdk.chat import chat_markers, chat_token_ids
+from echo2_sdk.chat_episode import ChatEpisode
 from echo2_sdk.records import Omega, Rollout
-from echo2_sdk.signals import assistant_mask
+from echo2_sdk.masks import assistant_mask
+from echo2_sdk.text_env import EpisodeLog, Policy
 
 
 @dataclass(frozen=True)
@@ -52,8 +57,10 @@ class EpisodeTokens:
     loss_mask: list[int]
 
 
-class EpisodicTaskAdapter(TaskAdapter):
-    multi_turn = True
+class EpisodicTaskAdapter(MultiTurnTaskAdapter):
+    """A multi-turn task played in a text env; a subclass implements ``make_env``, ``_example``,
+    ``make_bot`` and ``bot_reply`` (see the module docstring)."""
+
     SUMMARY_KEYS: tuple[str, ...] = ("invalid_actions", "forced_actions", "opponent_invalid_actions")
     """Keys of the env's final info copied into each record's meta (and evaluation summaries)."""
     reward_scale: float = 1.0
@@ -71,25 +78,25 @@ class EpisodicTaskAdapter(TaskAdapter):
         self._env = None
 
     # ----- what a subclass supplies ----------------------------------------------------------
+    @abc.abstractmethod
     def make_env(self):
         """A fresh environment for this adapter's options (one per concurrent episode)."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def _example(self, split: str, index: int) -> Example:
         """Example ``index`` of ``split``; ``meta["episode_seed"]`` must name the episode."""
-        raise NotImplementedError
 
     def episode_group(self, env) -> str:
         """Ω.group of the episode ``env`` is playing (or has played)."""
         return "none"
 
+    @abc.abstractmethod
     def bot_reply(self, player, env, feedback: str | None) -> str:
         """A rule-based player's reply in ``env``'s current state (``feedback``: the last refusal)."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def make_bot(self, spec: str, env):
-        """A rule-based player from its spec (``rule:NAME``)."""
-        raise NotImplementedError
+        """A rule-based player from its spec (``rule:NAME``; the demonstrator and rule opponents)."""
 
     # ----- data -------------------------------------------------------------------------------
     def episode_seed(self, split: str, index: int) -> int:
@@ -131,18 +138,10 @@ class EpisodicTaskAdapter(TaskAdapter):
         return [{"role": "system", "content": env.system_prompt}, {"role": "user", "content": obs}]
 
     def group_key(self, example: Example) -> str:
+        """Ω.group of the example's episode (what ``to_rollout`` writes), known before playing it."""
         env = self._shared_env()
         env.begin_episode(example.meta["episode_seed"])
         return self.episode_group(env)
-
-    # ----- reward and Ω come from the environment ---------------------------------------------
-    def reward(self, example: Example, completion_text: str) -> float:
-        raise NotImplementedError(f"{self.name} rewards come from playing the episode: use open_episode/to_rollout "
-                                  "(token level) or play_episode (text level), not reward(example, text)")
-
-    def materialize(self, example: Example, prompt_ids, completion_ids) -> Omega:
-        raise NotImplementedError(f"{self.name}'s Ω comes from the episode: use to_rollout(episode) or "
-                                  "episode_to_tokens(episode, tokenizer)")
 
     # ----- token level (the worker loop) ------------------------------------------------------
     def open_episode(self, example: Example, tokenizer) -> ChatEpisode:
@@ -190,13 +189,13 @@ class EpisodicTaskAdapter(TaskAdapter):
     def episode_to_tokens(self, episode: TextEpisode, tokenizer) -> EpisodeTokens:
         """Tokenize a text-level episode with the chat template; mask = assistant tokens only."""
         messages = list(episode.messages)
-        prompt_ids = _ids(tokenizer.apply_chat_template(messages[:2], tokenize=True, add_generation_prompt=True))
-        full_ids = _ids(tokenizer.apply_chat_template(messages, tokenize=True, add_generation_prompt=False))
+        prompt_ids = chat_token_ids(tokenizer, messages[:2], add_generation_prompt=True)
+        full_ids = chat_token_ids(tokenizer, messages, add_generation_prompt=False)
         if full_ids[: len(prompt_ids)] != prompt_ids:
             raise ValueError("the chat template renders the first turns differently inside the full conversation")
-        ids = {name: tokenizer.convert_tokens_to_ids(token) for name, token in
-               (("im_start_id", "<|im_start|>"), ("im_end_id", "<|im_end|>"), ("newline_id", "\n"))}
-        mask = assistant_mask(full_ids, **ids, first_assistant_turn=3)
+        markers = chat_markers(tokenizer)
+        mask = assistant_mask(full_ids, im_start_id=markers.turn_start_id, im_end_id=markers.turn_end_id,
+                              newline_id=markers.header_end_id, first_assistant_turn=3)
         return EpisodeTokens(prompt_ids, full_ids[len(prompt_ids):], mask[len(prompt_ids):])
 
     def episode_to_rollout(self, episode: TextEpisode, tokenizer, *, version: int = 0) -> Rollout:
@@ -212,8 +211,3 @@ class EpisodicTaskAdapter(TaskAdapter):
 
     def summary(self, info: dict[str, Any]) -> dict[str, Any]:
         return {key: info[key] for key in self.SUMMARY_KEYS if key in info}
-
-
-def _ids(rendered) -> list[int]:
-    # transformers >= 5 returns a BatchEncoding from apply_chat_template(tokenize=True).
-    return list(rendered["input_ids"] if hasattr(rendered, "keys") else rendered)

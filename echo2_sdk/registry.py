@@ -1,4 +1,4 @@
-"""Task registry: names → ``TaskAdapter`` classes.
+"""Task registry: names → task adapter classes (``TaskAdapter`` or ``MultiTurnTaskAdapter`` subclasses).
 
 Three ways in, looked up in this order:
 1. built-ins (``arith``, ``aime24``, ``poker``, ``moba``), imported lazily;
@@ -18,7 +18,7 @@ from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
 
-from echo2_sdk.adapter import TaskAdapter
+from echo2_sdk.adapter import BaseTaskAdapter
 
 ENTRY_POINT_GROUP = "echo2.tasks"
 
@@ -28,15 +28,16 @@ _BUILTINS: dict[str, str] = {
     "poker": "echo2_sdk.adapters.poker:PokerAdapter",
     "moba": "echo2_sdk.adapters.moba:MobaAdapter",
 }
-_REGISTERED: dict[str, type[TaskAdapter]] = {}
+_REGISTERED: dict[str, type[BaseTaskAdapter]] = {}
+_KINDS = "TaskAdapter or MultiTurnTaskAdapter subclass"  # what a task class must be, for errors
 
 
 def register_task(name: str):
-    """Class decorator: make a ``TaskAdapter`` subclass available under ``name``."""
+    """Class decorator: make a task adapter class (single- or multi-turn) available under ``name``."""
 
-    def deco(cls: type[TaskAdapter]) -> type[TaskAdapter]:
-        if not (isinstance(cls, type) and issubclass(cls, TaskAdapter)):
-            raise TypeError(f"@register_task({name!r}) expects a TaskAdapter subclass, got {cls!r}")
+    def deco(cls: type[BaseTaskAdapter]) -> type[BaseTaskAdapter]:
+        if not (isinstance(cls, type) and issubclass(cls, BaseTaskAdapter)):
+            raise TypeError(f"@register_task({name!r}) expects a {_KINDS}, got {cls!r}")
         existing = _REGISTERED.get(name)
         if existing is not None and existing is not cls and _qualname(existing) != _qualname(cls):
             raise ValueError(f"task {name!r} is already registered by {_qualname(existing)}")
@@ -117,7 +118,7 @@ def known_tasks() -> list[str]:
     return sorted(set(_BUILTINS) | set(_REGISTERED) | set(_entry_points()))
 
 
-def get_task_class(name: str) -> type[TaskAdapter]:
+def get_task_class(name: str) -> type[BaseTaskAdapter]:
     """Resolve a task name or ``module:Class`` path to its adapter class."""
     if ":" in name:
         cls = _import_path(name)
@@ -136,11 +137,11 @@ def get_task_class(name: str) -> type[TaskAdapter]:
             "A third-party task can also be given as 'package.module:AdapterClass' or "
             "'path/to/file.py:AdapterClass'."
         )
-    if not (isinstance(cls, type) and issubclass(cls, TaskAdapter)):
-        raise TypeError(f"task {name!r} resolved to {cls!r}, which is not a TaskAdapter subclass")
+    if not (isinstance(cls, type) and issubclass(cls, BaseTaskAdapter)):
+        raise TypeError(f"task {name!r} resolved to {cls!r}, which is not a {_KINDS}")
     return cls
 
 
-def make_task(name: str, options: Any = None, *, seed: int = 0) -> TaskAdapter:
+def make_task(name: str, options: Any = None, *, seed: int = 0) -> BaseTaskAdapter:
     """Instantiate a task adapter by name with its options (a mapping or the Options dataclass)."""
     return get_task_class(name)(options, seed=seed)

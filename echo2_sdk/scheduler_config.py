@@ -1,8 +1,9 @@
-"""The ``scheduler`` config section (the cost-aware worker pool) and the rollout pool file.
+"""The ``scheduler`` config section: the cost-aware worker pool, its price table and its checks.
 
 Kept apart from ``config.py`` so that the run config stays readable; ``config.py`` imports
 :class:`PoolSchedulerConfig` as the ``Echo2Config.scheduler`` field and calls :func:`validate_pool`
-from ``load_config``. Nothing here imports Ray or the runtime at import time.
+from ``load_config``. The workers it prices come from :mod:`echo2_sdk.rollout_config` (which also holds
+the rollout pool file). Nothing here imports Ray or the runtime.
 """
 
 from __future__ import annotations
@@ -12,8 +13,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-
-from echo2_sdk.config_loader import ConfigError, build_dataclass, read_yaml_file
+from echo2_sdk.config_loader import ConfigError, read_yaml_file
+from echo2_sdk.rollout_config import (  # noqa: F401  (check_unique, load_pool_file: re-exported)
+    check_unique,
+    load_pool_file,
+    resolve_workers,
+)
 
 
 @dataclass(frozen=True)
@@ -93,28 +98,6 @@ def resolve_prices(cfg: PoolSchedulerConfig) -> dict[str, float]:
     return check_prices(cfg.prices, "scheduler.prices")
 
 
-def load_pool_file(path: str) -> tuple:
-    """``rollout.pool_file``: a YAML list of worker entries with the keys of ``rollout.workers``
-    (``echo2 plan`` pool files qualify as they are). Returns ``WorkerSpec``s; names must be unique."""
-    from echo2_sdk.config import WorkerSpec
-
-    data = read_yaml_file(path, "rollout.pool_file", "examples/pools/small.yaml")
-    if not isinstance(data, list) or not data:
-        raise ConfigError(f"rollout.pool_file {path!r}: expected a non-empty YAML list of workers "
-                          f"(- {{name: a, max_tokens_per_s: 300, usd_per_hour: 0.3}}), got {type(data).__name__}")
-    specs = tuple(build_dataclass(WorkerSpec, e, path=f"{path}[{i}]") for i, e in enumerate(data))
-    check_unique([s.name for s in specs], path)
-    return specs
-
-
-def check_unique(names: list[str], source: str) -> None:
-    seen: set[str] = set()
-    for name in names:
-        if name in seen:
-            raise ConfigError(f"{source}: worker name {name!r} appears twice; worker names must be unique")
-        seen.add(name)
-
-
 def reject_old_spellings(data: dict) -> None:
     """The issue text says ``runtime.scheduler: random``; the config spells it ``scheduler.policy``."""
     runtime = data.get("runtime")
@@ -134,8 +117,6 @@ def validate_pool(cfg) -> None:
     every worker with a throughput prior (``rollouts_per_s`` or ``max_tokens_per_s``), the learner's
     GPU class in the price table.
     """
-    from echo2_sdk.config import resolve_workers
-
     workers = resolve_workers(cfg)
     s = cfg.scheduler
     if not s.enabled:

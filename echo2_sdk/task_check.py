@@ -19,14 +19,12 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-from echo2_sdk.adapter import Example, TaskAdapter
+from echo2_sdk.adapter import BaseTaskAdapter, Example, MultiTurnTaskAdapter
 from echo2_sdk.checks import check_adapter
 from echo2_sdk.records import RecordLimits, Rollout, validate_rollout
 
-_EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
 
 @dataclass(frozen=True)
@@ -50,11 +48,11 @@ class _Skip(Exception):
     pass
 
 
-def check_task(adapter: TaskAdapter, tokenizer, *, max_examples: int = 8, episodes: int = 4) -> list[CheckResult]:
+def check_task(adapter: BaseTaskAdapter, tokenizer, *, max_examples: int = 8, episodes: int = 4) -> list[CheckResult]:
     """All checks that apply to ``adapter`` (see the module docstring); never raises for a broken task."""
     results = [_guard("data, seeding, rewards, masks, records (check_adapter)",
                       lambda: _adapter_detail(check_adapter(adapter, tokenizer, max_examples=max_examples)))]
-    if adapter.multi_turn:
+    if isinstance(adapter, MultiTurnTaskAdapter):
         results.append(_guard("environment (check_env)", lambda: _env_detail(adapter)))
         played: list[tuple[Example, Rollout]] = []
         results.append(_guard("episodes: rewards finite, mask = assistant tokens, records valid, replayable",
@@ -69,8 +67,8 @@ def _adapter_detail(report: dict[str, Any]) -> str:
     return f"splits {splits}; {report['checked']} examples checked, {report['with_reference']} with a gold answer"
 
 
-def _env_detail(adapter: TaskAdapter) -> str:
-    from echo2_sdk.env import check_env
+def _env_detail(adapter: MultiTurnTaskAdapter) -> str:
+    from echo2_sdk.env_check import check_env
 
     make_env = getattr(adapter, "make_env", None)
     if make_env is None:
@@ -79,13 +77,13 @@ def _env_detail(adapter: TaskAdapter) -> str:
     return f"{report['episodes']} episodes, {report['steps']} steps"
 
 
-def _episode_examples(adapter: TaskAdapter, count: int) -> list[Example]:
+def _episode_examples(adapter: MultiTurnTaskAdapter, count: int) -> list[Example]:
     train, held_out = list(adapter.examples("train")), list(adapter.examples("eval"))
     half = max(1, count // 2)
     return (train[:half] + held_out[: count - half])[:count]
 
 
-def _play(adapter: TaskAdapter, tokenizer, example: Example) -> tuple[Rollout, list[str], bool]:
+def _play(adapter: MultiTurnTaskAdapter, tokenizer, example: Example) -> tuple[Rollout, list[str], bool]:
     """One episode; returns (record, the replies sent, whether the scripted player played)."""
     episode = adapter.open_episode(example, tokenizer)
     replies: list[str] = []
@@ -118,7 +116,7 @@ def mask_runs(mask) -> list[tuple[int, int]]:
     return runs
 
 
-def _episodes_detail(adapter: TaskAdapter, tokenizer, count: int, played: list) -> str:
+def _episodes_detail(adapter: MultiTurnTaskAdapter, tokenizer, count: int, played: list) -> str:
     limits = RecordLimits(vocab_size=len(tokenizer))
     scripted_all = True
     for example in _episode_examples(adapter, count):
@@ -151,10 +149,10 @@ def _episodes_detail(adapter: TaskAdapter, tokenizer, count: int, played: list) 
     return f"{len(played)} episodes, {turns} replies by {who}; returns {[round(r.reward, 3) for _, r in played]}"
 
 
-def _max_reward_detail(adapter: TaskAdapter, played: list[tuple[Example, Rollout]]) -> str:
+def _max_reward_detail(adapter: MultiTurnTaskAdapter, played: list[tuple[Example, Rollout]]) -> str:
     if not played:
         raise _Skip("no episode was played (see the episodes check)")
-    if type(adapter).reference_reply is TaskAdapter.reference_reply:
+    if type(adapter).reference_reply is MultiTurnTaskAdapter.reference_reply:
         raise _Skip(f"{type(adapter).__name__} defines no reference_reply (a scripted player); "
                     "add one to have its return checked")
     short = [(ex.id, r.reward) for ex, r in played if r.reward < adapter.max_reward - 1e-9]
@@ -197,7 +195,7 @@ def run_check(task_name: str, options: Any, seed: int, tokenizer, *, max_example
 def load_tokenizer(spec: str):
     """``tiny`` → the tiny model's char-level tokenizer; anything else → ``AutoTokenizer.from_pretrained``."""
     if spec in ("tiny", "tiny-qwen3"):
-        from echo2_sdk.runtime.models.modeling import build_tiny_tokenizer
+        from echo2_sdk.tiny_tokenizer import build_tiny_tokenizer
 
         return build_tiny_tokenizer()
     from transformers import AutoTokenizer
@@ -218,8 +216,10 @@ def cmd_check(args) -> int:
         print("echo2 check: give the task to check: --task NAME (e.g. --task arith) or --config FILE",
               file=sys.stderr)
         return 2
-    examples_yaml = _EXAMPLES / f"{args.task}.yaml" if args.task else None
-    path = args.config or (str(examples_yaml) if examples_yaml is not None and examples_yaml.exists() else None)
+    from echo2_sdk.examples import config as shipped_config
+
+    shipped = shipped_config(args.task) if args.task else None
+    path = args.config or (str(shipped) if shipped is not None else None)
     overrides = list(args.set or [])
     if args.task and path is None:
         overrides.insert(0, f"task.name={args.task}")

@@ -13,19 +13,19 @@ from pathlib import Path
 
 import yaml
 
+from echo2_sdk import examples
 from echo2_sdk.config import ConfigError, load_config, to_dict
-
-EXAMPLES_DIR = Path(__file__).resolve().parent.parent / "examples"
+from echo2_sdk.evaluation import HeadToHead, add_head_to_head_arguments
 
 
 def _config_path(args: argparse.Namespace) -> str | None:
-    """``--config FILE`` wins; ``--task NAME`` uses examples/NAME.yaml when it exists."""
+    """``--config FILE`` wins; ``--task NAME`` uses the shipped examples/NAME.yaml when there is one (package
+    data of ``echo2_sdk.examples``, so a wheel install finds it too)."""
     if getattr(args, "config", None):
         return args.config
     task = getattr(args, "task", None)
-    if task and (EXAMPLES_DIR / f"{task}.yaml").exists():
-        return str(EXAMPLES_DIR / f"{task}.yaml")
-    return None
+    shipped = examples.config(task) if task else None
+    return str(shipped) if shipped else None
 
 
 def _load(args: argparse.Namespace):
@@ -106,34 +106,81 @@ def _player_specs(text: str) -> str:
     return ",".join(specs)
 
 
-# Head-to-head evaluators: task -> (module with eval_from_args(args, llm_policy_factory), default agents,
-# default opponents, the argument that counts games).
-EVALUATORS = {
-    "poker": ("echo2_sdk.envs.poker_eval", "rule:tag", "rule:calling,rule:tag,rule:lag", "hands"),
-    "moba": ("echo2_sdk.envs.moba_eval", "rule:farmer", "rule:farmer,rule:pusher,rule:random", "episodes"),
-}
+EVAL_DESCRIPTION = (
+    "Play every agent against every opponent in the task's head-to-head evaluation and print the table "
+    "(everything with --json). Agents and opponents: the task's rule:NAME players, llm:PATH, or a model path "
+    "(a training run's runs/NAME/checkpoints/step_K, its base_model folder, or runs/NAME)."
+)
+EVAL_TASK_HELP = ("task to evaluate (default poker); any task whose adapter provides head_to_head(), "
+                  "e.g. poker or moba; `echo2 eval --task NAME --help` shows its own arguments")
+
+
+def _tasks_with_head_to_head() -> list[str]:
+    from echo2_sdk.registry import get_task_class, known_tasks
+
+    names = []
+    for name in known_tasks():
+        try:
+            if get_task_class(name).head_to_head() is not None:
+                names.append(name)
+        except Exception:  # a task that fails to load must not hide the ones that work
+            continue
+    return names
+
+
+def _head_to_head(task: str) -> HeadToHead:
+    """The task's head-to-head evaluation, found through the registry; ``ValueError`` without one."""
+    from echo2_sdk.registry import get_task_class
+
+    head_to_head = get_task_class(task).head_to_head()  # KeyError (with "did you mean") for unknown tasks
+    if head_to_head is None:
+        raise ValueError(f"task {task!r} has no head-to-head evaluation; tasks with one: "
+                         f"{', '.join(_tasks_with_head_to_head()) or 'none'} (single-turn tasks report held-out "
+                         "accuracy in the run's summary.json)")
+    if not isinstance(head_to_head, HeadToHead):
+        raise ValueError(f"task {task!r}: head_to_head() returned {type(head_to_head).__name__}, "
+                         "not an echo2_sdk.evaluation.HeadToHead")
+    return head_to_head
+
+
+def _eval_parser(task: str, head_to_head: HeadToHead) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="echo2 eval", description=f"{EVAL_DESCRIPTION} {head_to_head.description}")
+    parser.add_argument("--task", default=task, help=EVAL_TASK_HELP)
+    add_head_to_head_arguments(parser, head_to_head)
+    parser.add_argument("--temperature", type=float, default=0.0, help="sampling temperature of model agents (0 = greedy)")
+    parser.add_argument("--max-new-tokens", type=int, default=16, help="reply length limit of model agents, in tokens")
+    return parser
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    if args.task not in EVALUATORS:
-        print(f"echo2 eval: --task {args.task!r} has no head-to-head evaluation; use --task "
-              f"{' or '.join(EVALUATORS)} (single-turn tasks report held-out accuracy in the run's summary.json)",
-              file=sys.stderr)
-        return 2
-    import importlib
-
-    from echo2_sdk.runtime.rollout.chat_policy import cached_chat_policy  # torch + transformers, no Ray
-
-    module, agents, opponents, count = EVALUATORS[args.task]
-    eval_from_args = importlib.import_module(module).eval_from_args
-    args.agents, args.opponents = _player_specs(args.agents or agents), _player_specs(args.opponents or opponents)
-    if args.episodes is None:
-        args.episodes = 200
-    if getattr(args, count) < 1:
-        print(f"echo2 eval: --{count} {getattr(args, count)} must be >= 1", file=sys.stderr)
-        return 2
+    """Two stages: ``--task`` picks the evaluation, whose parser then reads the other arguments."""
+    task = args.task
     try:
-        print(eval_from_args(args, lambda path: cached_chat_policy(path, args.temperature, args.max_new_tokens)))
+        while True:
+            head_to_head = _head_to_head(task)
+            parser = _eval_parser(task, head_to_head)
+            named = parser.parse_known_args(args.more_arguments)[0].task
+            if named == task:
+                opts = parser.parse_args(args.more_arguments)
+                break
+            task = named  # an abbreviated --task (e.g. --ta moba) reached the task's parser
+    except (ImportError, TypeError, ValueError) as exc:
+        print(f"echo2 eval: {exc}", file=sys.stderr)
+        return 2
+    games = head_to_head.games(opts)
+    if games < 1:
+        print(f"echo2 eval: {head_to_head.games_flag} {games} must be >= 1", file=sys.stderr)
+        return 2
+    opts.agents, opts.opponents = _player_specs(opts.agents), _player_specs(opts.opponents)
+
+    def llm_policy(path: str):
+        # torch + transformers (no Ray), loaded only when a model plays
+        from echo2_sdk.runtime.rollout.chat_policy import cached_chat_policy
+
+        return cached_chat_policy(path, opts.temperature, opts.max_new_tokens)
+
+    try:
+        print(head_to_head.run(opts, llm_policy))
     except (ValueError, FileNotFoundError) as exc:
         print(f"echo2 eval: {exc}", file=sys.stderr)
         return 2
@@ -172,23 +219,12 @@ def build_parser() -> argparse.ArgumentParser:
     add_new_task_parser(sub)
     add_check_parser(sub)
 
-    from echo2_sdk.envs.poker_eval import add_eval_arguments
-
-    p = sub.add_parser("eval", help="head-to-head evaluation (poker, moba: agents x opponents, 95%% CIs)",
-                       description="Play --hands hands of every agent against every opponent with duplicate deals "
-                                   "and print chips won per 100 big blinds (table) or everything (--json). Agents and "
-                                   "opponents: rule:calling|tag|lag|random, llm:PATH, or a model path (a training "
-                                   "run's runs/NAME/checkpoints/step_K, its base_model folder, or runs/NAME). "
-                                   "--task moba: --episodes games per cell, win rate and mean reward with 95%% CIs; "
-                                   "bots rule:farmer|pusher|random.")
-    p.add_argument("--task", default="poker", help="task to evaluate (poker, moba)")
-    add_eval_arguments(p)
-    p.set_defaults(agents=None, opponents=None)  # per task, see EVALUATORS
-    p.add_argument("--episodes", type=int, default=None,
-                   help="moba: games per agent/opponent cell, half on each side (default 200)")
-    p.add_argument("--temperature", type=float, default=0.0, help="sampling temperature of model agents (0 = greedy)")
-    p.add_argument("--max-new-tokens", type=int, default=16, help="reply length limit of model agents, in tokens")
-    p.set_defaults(func=cmd_eval)
+    # The task's own arguments (--hands, --episodes, ...) are read by its parser in cmd_eval.
+    p = sub.add_parser("eval", add_help=False, allow_abbrev=False,
+                       help="head-to-head evaluation of a task that has one (e.g. poker, moba): agents x opponents, "
+                            "95%% CIs")
+    p.add_argument("--task", default="poker", help=EVAL_TASK_HELP)
+    p.set_defaults(func=cmd_eval, more_arguments=[])
 
     from echo2_sdk.runtime.planning.cli import add_plan_parser, add_simulate_parser
 
@@ -208,7 +244,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, more = parser.parse_known_args(argv)
+    if more:  # only a subcommand that reads its arguments in two stages (eval) takes the rest
+        if not hasattr(args, "more_arguments"):
+            parser.error(f"unrecognized arguments: {' '.join(more)}")
+        args.more_arguments = more
     if not getattr(args, "func", None):
         parser.print_help()
         return 0

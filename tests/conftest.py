@@ -1,4 +1,8 @@
 import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -8,6 +12,9 @@ torch.set_num_threads(1)
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 SHARED_DATA = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data")
+ROOT = Path(__file__).resolve().parent.parent
+# Not part of the distribution; left out of the copy the wheel is built from (runs/ can be large).
+_NOT_BUILT = {".git", "runs", "build", "dist", "tests", "benchmarks", ".whl", ".gl"}
 
 
 @pytest.fixture(scope="session")
@@ -26,3 +33,40 @@ def ray_cluster():
              runtime_env={"env_vars": {"OMP_NUM_THREADS": "1", "TRANSFORMERS_VERBOSITY": "error"}})
     yield
     ray.shutdown()
+
+
+def _pip(*args: str) -> None:
+    env = {**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1", "PIP_NO_INPUT": "1"}
+    proc = subprocess.run([sys.executable, "-m", "pip", *args], capture_output=True, text=True, env=env, timeout=300)
+    if proc.returncode != 0:
+        pytest.fail(f"pip {' '.join(args)} failed (exit {proc.returncode}):\n"
+                    f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+
+
+@pytest.fixture(scope="session")
+def built_wheel(tmp_path_factory) -> Path:
+    """A wheel of this checkout. Built from a copy, so that setuptools' build/ and egg-info never land in the
+    checkout and two test sessions cannot build over each other."""
+    base = tmp_path_factory.mktemp("wheel")
+    src = base / "src"
+
+    def ignore(folder: str, names: list[str]) -> set[str]:
+        skipped = {n for n in names if n == "__pycache__" or n.endswith(".egg-info") or n == ".pytest_cache"}
+        return skipped | (_NOT_BUILT & set(names) if Path(folder) == ROOT else set())
+
+    shutil.copytree(ROOT, src, ignore=ignore)
+    _pip("wheel", "--no-deps", "--no-build-isolation", "--no-index", "-q", "-w", str(base / "dist"), str(src))
+    wheels = sorted((base / "dist").glob("echo2-*.whl"))
+    assert len(wheels) == 1, f"expected one echo2 wheel in {base / 'dist'}, found {[w.name for w in wheels]}"
+    return wheels[0]
+
+
+@pytest.fixture(scope="session")
+def installed_tree(built_wheel: Path, tmp_path_factory) -> Path:
+    """The wheel installed (no dependencies) into a folder of its own: the layout users get, with runtime/,
+    adapters/, envs/ and examples/ as sub-packages of echo2_sdk. Put it first on PYTHONPATH and run from
+    outside the checkout, so that the checkout's editable install cannot stand in for it."""
+    tree = tmp_path_factory.mktemp("installed")
+    _pip("install", "--no-deps", "--no-index", "--no-compile", "-q", "--target", str(tree), str(built_wheel))
+    assert (tree / "echo2_sdk" / "runtime" / "cli.py").is_file(), sorted(p.name for p in tree.iterdir())
+    return tree

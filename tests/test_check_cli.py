@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from echo2_sdk import registry
+from echo2_sdk.adapter import MultiTurnTaskAdapter
 from echo2_sdk.runtime.cli import main
 from echo2_sdk.scaffold import new_task
 
@@ -32,7 +33,7 @@ def test_every_builtin_task_passes(task, capsys):
     assert code == 0, out
     assert f"echo2 check: {task}" in out and " 0 failed" in out and "FAIL" not in out
     assert "PASS  data, seeding, rewards, masks, records (check_adapter)" in out
-    if registry.get_task_class(task).multi_turn:
+    if issubclass(registry.get_task_class(task), MultiTurnTaskAdapter):
         assert "PASS  environment (check_env)" in out and "PASS  episodes:" in out
 
 

@@ -149,7 +149,7 @@ THINK_TEMPLATE = (
 
 
 def test_chat_episode_handles_templates_that_special_case_the_last_turn():
-    from echo2_sdk.runtime.models.modeling import build_tiny_tokenizer
+    from echo2_sdk.tiny_tokenizer import build_tiny_tokenizer
 
     tok = build_tiny_tokenizer()
     tok.chat_template = THINK_TEMPLATE

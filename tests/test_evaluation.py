@@ -1,8 +1,10 @@
-"""avg@k / pass@k metrics and the evaluate loop (with a scripted backend, no model)."""
+"""avg@k / pass@k metrics, the evaluate loop (with a scripted backend, no model) and head-to-head evaluations."""
 
 from __future__ import annotations
 
 import math
+import subprocess
+import sys
 
 import pytest
 
@@ -110,3 +112,96 @@ def test_evaluate_rejects_an_empty_split(arith_setup):
     with pytest.raises(ValueError, match="no examples in split 'eval'"):
         evaluate(adapter, ScriptedBackend(tokenizer, gold, 1), tokenizer,
                  params=SamplingParams(), limit=0)
+
+
+# ----- head-to-head evaluations: the HeadToHead contract and how `echo2 eval` finds one -----------------
+THIRD_PARTY_TASK = '''
+from echo2_sdk.adapter import TaskAdapter
+from echo2_sdk.evaluation import HeadToHead
+
+
+def _run(args, llm_policy_factory):
+    return (f"{args.agents} vs {args.opponents}: {args.flips} flips at bias {args.bias}, seed {args.seed}, "
+            f"json {args.json}, models {callable(llm_policy_factory)}")
+
+
+class CoinAdapter(TaskAdapter):
+    """Coin flips, evaluated head to head."""
+
+    @classmethod
+    def head_to_head(cls):
+        return HeadToHead(run=_run, default_agents="rule:heads", default_opponents="rule:tails", games_arg="flips",
+                          default_games=10, add_arguments=lambda p: p.add_argument("--bias", type=float, default=0.5))
+
+
+class WrongHeadToHeadAdapter(TaskAdapter):
+    """Returns the wrong kind of object."""
+
+    @classmethod
+    def head_to_head(cls):
+        return {"run": _run}
+'''
+
+
+def _noop_run(args, llm_policy_factory) -> str:
+    return ""
+
+
+def test_head_to_head_rejects_a_bad_games_argument_or_count():
+    from echo2_sdk.evaluation import HeadToHead
+
+    with pytest.raises(ValueError, match="games_arg='hands per cell'"):
+        HeadToHead(run=_noop_run, default_agents="a", default_opponents="b", games_arg="hands per cell", default_games=5)
+    with pytest.raises(ValueError, match="default_games=0"):
+        HeadToHead(run=_noop_run, default_agents="a", default_opponents="b", games_arg="hands", default_games=0)
+    assert HeadToHead(run=_noop_run, default_agents="a", default_opponents="b", games_arg="max_games",
+                      default_games=1).games_flag == "--max-games"
+
+
+def test_echo2_eval_finds_a_third_party_tasks_head_to_head(tmp_path, capsys):
+    from echo2_sdk.runtime.cli import main
+
+    task_file = tmp_path / "coin_flip_head_to_head_task.py"
+    task_file.write_text(THIRD_PARTY_TASK)
+    task = f"{task_file}:CoinAdapter"
+    assert main(["eval", "--task", task, "--flips", "3", "--bias", "0.25", "--seed", "7", "--json"]) == 0
+    assert capsys.readouterr().out.strip() == ("rule:heads vs rule:tails: 3 flips at bias 0.25, seed 7, json True, "
+                                               "models True")
+    # A model folder given as an agent reaches the task as an llm: spec.
+    assert main(["eval", "--task", task, "--agents", str(tmp_path), "--opponents", "rule:edge"]) == 0
+    assert capsys.readouterr().out.startswith(f"llm:{tmp_path} vs rule:edge: 10 flips at bias 0.5")
+    assert main(["eval", "--task", task, "--flips", "0"]) == 2
+    assert capsys.readouterr().err.strip() == "echo2 eval: --flips 0 must be >= 1"
+    assert main(["eval", "--task", f"{task_file}:WrongHeadToHeadAdapter"]) == 2
+    assert "head_to_head() returned dict, not an echo2_sdk.evaluation.HeadToHead" in capsys.readouterr().err
+    with pytest.raises(SystemExit):  # the other task's arguments are not this task's
+        main(["eval", "--task", task, "--hands", "3"])
+
+
+def test_echo2_eval_of_a_task_without_one_names_the_tasks_that_have_one(capsys):
+    from echo2_sdk.runtime.cli import main
+
+    assert main(["eval", "--task", "arith"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and err.startswith("echo2 eval: task 'arith' has no head-to-head evaluation")
+    with_one = err.split("tasks with one: ")[1].split(" (")[0].split(", ")
+    assert {"poker", "moba"} <= set(with_one) and "arith" not in with_one
+    assert main(["eval", "--task", "pokr"]) == 2
+    assert "Did you mean 'poker'" in capsys.readouterr().err
+
+
+def test_echo2_eval_reads_an_abbreviated_task_option_as_the_task(capsys):
+    from echo2_sdk.runtime.cli import main
+
+    assert main(["eval", "--ta", "moba", "--episodes", "2", "--opponents", "rule:pusher"]) == 0
+    assert "games per cell" in capsys.readouterr().out
+
+
+def test_echo2_eval_help_is_the_tasks_and_loads_no_torch_or_ray():
+    code = ("import sys\nfrom echo2_sdk.runtime.cli import main\n"
+            "try:\n    main(['eval', '--task', 'moba', '--help'])\nexcept SystemExit:\n    pass\n"
+            "print('HEAVY', sorted({m.split('.')[0] for m in sys.modules} & {'torch', 'ray', 'transformers'}))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "--episodes" in proc.stdout and "--team-size" in proc.stdout and "--hands" not in proc.stdout
+    assert proc.stdout.strip().splitlines()[-1] == "HEAVY []"

@@ -1,19 +1,45 @@
-"""The shipped example configs load, and the quickstart's task is shaped as the README promises."""
+"""The shipped example configs load, ``--task NAME`` finds them, and the quickstart's task is shaped as the
+README promises."""
 
+import argparse
 from pathlib import Path
 
 import pytest
 
+from echo2_sdk import examples
 from echo2_sdk.config import load_config
 from echo2_sdk.registry import make_task
+from echo2_sdk.runtime.cli import _config_path
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+# Training configs: every examples/*.yaml except the `echo2 simulate` ones.
+TRAIN_CONFIGS = sorted(p.stem for p in EXAMPLES.glob("*.yaml") if not p.stem.startswith("simulate_"))
 
 
-@pytest.mark.parametrize("name", ["quickstart", "aime24", "aime24-8b"])
+def test_the_installed_examples_are_this_checkouts():
+    folder = examples.folder()
+    assert sorted(p.name for p in folder.rglob("*.yaml")) == sorted(p.name for p in EXAMPLES.rglob("*.yaml"))
+    assert examples.config("poker") == folder / "poker.yaml"
+
+
+@pytest.mark.parametrize("name", TRAIN_CONFIGS)
 def test_example_configs_load(name):
     cfg = load_config(str(EXAMPLES / f"{name}.yaml"))
     assert cfg.train.steps > 0
+
+
+@pytest.mark.parametrize("name", ["poker", "quickstart"])
+def test_task_name_uses_its_shipped_example(name):
+    path = _config_path(argparse.Namespace(config=None, task=name))
+    assert path is not None and Path(path).read_text() == (EXAMPLES / f"{name}.yaml").read_text()
+
+
+@pytest.mark.parametrize("task", ["arith", "no-such-task", "pkg.mod:Adapter", "/abs/file.py:Adapter",
+                                  "../examples/poker"])
+def test_task_names_without_a_shipped_example_find_none(task):
+    """``arith`` has no arith.yaml (quickstart.yaml configures it); import paths never name an example file."""
+    assert examples.config(task) is None
+    assert _config_path(argparse.Namespace(config=None, task=task)) is None
 
 
 def test_quickstart_splits_are_disjoint_with_at_least_100_rl_prompts():

@@ -21,8 +21,7 @@ import math
 import pytest
 import torch
 
-from echo2_sdk.runtime.learning.algos import get_policy_loss, list_policy_losses, register_policy_loss
-from echo2_sdk.runtime.learning.algos.grpo import grpo_policy_loss
+from echo2_sdk.algos import get_policy_loss, grpo_policy_loss, list_policy_losses, register_policy_loss
 
 torch.set_num_threads(1)
 NAN, INF = float("nan"), float("inf")
@@ -50,7 +49,7 @@ def _batch():
 def test_registered_and_lookup_errors():
     assert "grpo" in list_policy_losses()
     assert get_policy_loss("grpo") is grpo_policy_loss
-    with pytest.raises(KeyError, match=r"did you mean 'grpo'.*Known policy losses: \[.*'grpo'"):
+    with pytest.raises(KeyError, match=r"[Dd]id you mean 'grpo'.*Known policy losses: \[.*'grpo'"):
         get_policy_loss("gpro")
     with pytest.raises(ValueError, match="already registered"):
         register_policy_loss("grpo")(lambda *a, **k: None)

@@ -10,8 +10,8 @@ import pytest
 from echo2_sdk.runtime.cli import main as cli_main
 from echo2_sdk.env import check_env
 from echo2_sdk.envs.moba import MobaConfig, MobaEnv
-from echo2_sdk.envs.moba_eval import play_game
-from echo2_sdk.envs.moba_players import make_player
+from echo2_sdk.envs.moba.evaluation import play_game
+from echo2_sdk.envs.moba.players import make_player
 from echo2_sdk.registry import make_task
 
 ROOT = Path(__file__).resolve().parent.parent

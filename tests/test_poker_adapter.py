@@ -6,9 +6,11 @@ import math
 
 import pytest
 
+from echo2_sdk.adapter import MultiTurnTaskAdapter, TaskAdapter
+
 from echo2_sdk.adapters.poker import PokerAdapter
 from echo2_sdk.checks import check_adapter
-from echo2_sdk.envs.poker_strength import BUCKETS
+from echo2_sdk.envs.poker.strength import BUCKETS
 from echo2_sdk.records import validate_rollout
 from echo2_sdk.signals import assistant_mask, compute_advantages, grouping_keys
 
@@ -34,8 +36,9 @@ def test_check_adapter_and_deterministic_splits(tiny_tokenizer):
     assert other.examples("train")[0].meta != adapter.examples("train")[0].meta
     with pytest.raises(ValueError, match="reward_unit"):
         PokerAdapter({"reward_unit": "bb"})
-    with pytest.raises(NotImplementedError, match="play_episode"):
-        adapter.reward(adapter.examples("train")[0], "call")
+    # A multi-turn task has no single-turn reward r = R(x, y) at all: its reward is the episode's return.
+    assert isinstance(adapter, MultiTurnTaskAdapter) and not isinstance(adapter, TaskAdapter)
+    assert not hasattr(adapter, "reward")
 
 
 @pytest.mark.parametrize("options", [

@@ -8,9 +8,9 @@ import pytest
 
 from echo2_sdk.env import TEXT_CHARSET, check_env
 from echo2_sdk.envs.poker import PokerConfig, PokerEnv
-from echo2_sdk.envs.poker_actions import parse_action
-from echo2_sdk.envs.poker_hand import Hand, TableConfig
-from echo2_sdk.envs.poker_players import make_player
+from echo2_sdk.envs.poker.actions import parse_action
+from echo2_sdk.envs.poker.hand import Hand, TableConfig
+from echo2_sdk.envs.poker.players import make_player
 
 
 @pytest.mark.parametrize("overrides", [

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from echo2_sdk.envs.poker_eval import main, parse_player_list, render_table, run_eval
-from echo2_sdk.envs.poker_hand import TableConfig
+from echo2_sdk.envs.poker.evaluation import main, parse_player_list, render_table, run_eval
+from echo2_sdk.envs.poker.hand import TableConfig
 
 STYLES = ["rule:calling", "rule:tag", "rule:lag"]
 

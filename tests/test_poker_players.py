@@ -8,10 +8,10 @@ import random
 import pytest
 from pokerkit import Card, Deck, StandardHighHand
 
-from echo2_sdk.envs.poker_eval import style_stats
-from echo2_sdk.envs.poker_hand import TableConfig, play_hand
-from echo2_sdk.envs.poker_players import make_player
-from echo2_sdk.envs.poker_strength import BUCKETS, best_entry, chen_score, hand_bucket, hand_strength
+from echo2_sdk.envs.poker.evaluation import style_stats
+from echo2_sdk.envs.poker.hand import TableConfig, play_hand
+from echo2_sdk.envs.poker.players import make_player
+from echo2_sdk.envs.poker.strength import BUCKETS, best_entry, chen_score, hand_bucket, hand_strength
 
 
 def cards(text: str) -> tuple[Card, ...]:

@@ -94,10 +94,12 @@ def test_lock_step_episodes_give_valid_records_whose_masks_decode_to_the_actions
 
 
 def test_worker_multi_turn_path_with_real_and_malformed_output(tiny_tokenizer):
+    from echo2_sdk.runtime.rollout.base import WorkerSettings
     from echo2_sdk.runtime.rollout.worker import RolloutWorker
 
-    worker = RolloutWorker("w", model_path=ensure_tiny_qwen3(), task_name="poker", task_options=OPTIONS,
-                           sampling=SamplingParams(1.0, 1.0, 8, seed=0), samples_per_prompt=2, seed=0)
+    worker = RolloutWorker("w", WorkerSettings(model_path=ensure_tiny_qwen3(), task_name="poker", task_options=OPTIONS,
+                                               sampling=SamplingParams(1.0, 1.0, 8, seed=0), samples_per_prompt=2,
+                                               seed=0))
     try:
         examples = list(worker.adapter.examples("train"))[:2]
         result = worker.generate(examples)  # the tiny random-init model: real sampled tokens

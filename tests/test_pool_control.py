@@ -1,7 +1,6 @@
 """The cost-aware pool in the Ray runtime: PoolController on a fake pool, dollar fields, config errors,
 and (slow) a real CPU run where an active worker is killed and the scheduler replaces it."""
 
-import dataclasses
 import json
 import time
 from dataclasses import dataclass, field
@@ -9,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from echo2_sdk.config import ConfigError, load_config, resolve_workers
+from echo2_sdk.config import ConfigError, WorkerSpec, load_config, resolve_workers
 from echo2_sdk.scheduler_config import PoolSchedulerConfig
 from echo2_sdk.runtime.planning.scheduler import PoolScheduler, SchedulerConfig
 from echo2_sdk.runtime.planning.control import PoolController, offers_from_specs
@@ -20,7 +19,7 @@ EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 @dataclass
 class FakeSlot:
     name: str
-    spec: dict
+    spec: WorkerSpec
     active: bool = False
     dead: bool = False
     lost: bool = False
@@ -64,10 +63,10 @@ class FakePool:
 
 # κ = 2, R = 16, T_train prior 1 s, T_bcast 0 → μ_min = 2·16/(2·1) = 16/s; γ = 1.25 → μ_target = 20/s
 SPECS = [
-    {"name": "cheap", "gpu": "RTX4090", "rollouts_per_s": 12.0, "usd_per_hour": 0.36},  # ρ 0.03
-    {"name": "mid", "gpu": "RTX5090", "rollouts_per_s": 10.0, "usd_per_hour": 0.50},  # ρ 0.05
-    {"name": "dear", "gpu": "A100", "rollouts_per_s": 30.0, "usd_per_hour": 3.00},  # ρ 0.10
-    {"name": "tabled", "gpu": "L4", "rollouts_per_s": 8.0},  # price from the table: 0.72 → ρ 0.09
+    WorkerSpec("cheap", gpu="RTX4090", rollouts_per_s=12.0, usd_per_hour=0.36),  # ρ 0.03
+    WorkerSpec("mid", gpu="RTX5090", rollouts_per_s=10.0, usd_per_hour=0.50),  # ρ 0.05
+    WorkerSpec("dear", gpu="A100", rollouts_per_s=30.0, usd_per_hour=3.00),  # ρ 0.10
+    WorkerSpec("tabled", gpu="L4", rollouts_per_s=8.0),  # price from the table: 0.72 → ρ 0.09
 ]
 PRICES = {"A100": 2.0, "L4": 0.72}
 CFG = PoolSchedulerConfig(enabled=True, gamma=1.25, heartbeat_interval_s=1.0, heartbeat_timeout_s=3.0,
@@ -76,7 +75,7 @@ CFG = PoolSchedulerConfig(enabled=True, gamma=1.25, heartbeat_interval_s=1.0, he
 
 
 def controller(tmp_path, cfg=CFG, specs=SPECS):
-    pool = FakePool([FakeSlot(s["name"], s) for s in specs])
+    pool = FakePool([FakeSlot(s.name, s) for s in specs])
     offers = offers_from_specs(specs, PRICES, max_new_tokens=8)
     ctl = PoolController(pool, offers, kappa=2, rollouts_per_step=16, config=cfg, prices=PRICES,
                          decisions_path=tmp_path / "decisions.jsonl", log=lambda m: None)
@@ -88,12 +87,12 @@ def read_log(tmp_path):
 
 
 def test_offers_take_priors_from_rollouts_per_s_or_the_token_cap_and_prices_from_the_table():
-    offers = offers_from_specs([{"name": "a", "max_tokens_per_s": 80.0, "gpu": "cpu"},
-                                {"name": "b", "rollouts_per_s": 3.0, "gpu": "L4", "usd_per_hour": None}],
+    offers = offers_from_specs([WorkerSpec("a", max_tokens_per_s=80.0, gpu="cpu"),
+                                WorkerSpec("b", rollouts_per_s=3.0, gpu="L4", usd_per_hour=None)],
                                {"cpu": 0.05, "L4": 0.72}, max_new_tokens=8)
     assert [(o.rollouts_per_s, o.usd_per_hour) for o in offers] == [(10.0, 0.05), (3.0, 0.72)]
     with pytest.raises(ValueError, match="no price for gpu 'H100'"):
-        offers_from_specs([{"name": "c", "rollouts_per_s": 1.0, "gpu": "H100"}], {}, max_new_tokens=8)
+        offers_from_specs([WorkerSpec("c", rollouts_per_s=1.0, gpu="H100")], {}, max_new_tokens=8)
 
 
 def test_start_activates_the_cheapest_workers_on_the_pool_and_logs_why(tmp_path):
@@ -145,10 +144,10 @@ def test_the_pool_counts_a_worker_with_work_but_no_progress_as_silent():
     pool = RolloutPool.__new__(RolloutPool)  # only the bookkeeping: no Ray, no actors
     now = time.perf_counter()
     pool.slots = [
-        WorkerSlot("stuck", object(), {}, inflight=["req"], last_progress=now - 30),
-        WorkerSlot("busy", object(), {}, inflight=["req"], last_progress=now - 1),
-        WorkerSlot("idle", object(), {}, inflight=[], last_progress=now - 30),
-        WorkerSlot("dead", object(), {}, inflight=["req"], last_progress=now - 1, dead=True),
+        WorkerSlot("stuck", object(), WorkerSpec("stuck"), inflight=["req"], last_progress=now - 30),
+        WorkerSlot("busy", object(), WorkerSpec("busy"), inflight=["req"], last_progress=now - 1),
+        WorkerSlot("idle", object(), WorkerSpec("idle"), inflight=[], last_progress=now - 30),
+        WorkerSlot("dead", object(), WorkerSpec("dead"), inflight=["req"], last_progress=now - 1, dead=True),
     ]
     assert pool.alive_names() == ["stuck", "busy", "idle"]
     assert pool.alive_names(stall_timeout_s=10.0) == ["busy", "idle"]
@@ -264,7 +263,7 @@ def test_pool_cpu_example_activates_only_some_workers_at_start():
     assert len(workers) >= 4 and len({w.max_tokens_per_s for w in workers}) == len(workers)
     from echo2_sdk.scheduler_config import resolve_prices
 
-    offers = offers_from_specs([dataclasses.asdict(w) for w in workers], resolve_prices(cfg.scheduler), cfg.rollout.max_new_tokens)
+    offers = offers_from_specs(workers, resolve_prices(cfg.scheduler), cfg.rollout.max_new_tokens)
     s = PoolScheduler(offers, kappa=2, rollouts_per_step=cfg.train.prompts_per_step * cfg.rollout.samples_per_prompt,
                       t_train_s=cfg.scheduler.t_train_estimate_s, t_bcast_s=0.0,
                       config=SchedulerConfig(gamma=cfg.scheduler.gamma))

@@ -3,7 +3,7 @@ from dataclasses import dataclass
 import pytest
 
 import echo2_sdk.registry as registry
-from echo2_sdk.adapter import Example, TaskAdapter
+from echo2_sdk.adapter import Example, MultiTurnTaskAdapter, TaskAdapter
 from echo2_sdk.registry import get_task_class, known_tasks, make_task, register_task
 
 
@@ -23,7 +23,8 @@ class Echo(TaskAdapter):
 
 def test_builtins_are_known_and_unknown_names_list_them():
     assert {"arith", "aime24", "poker"} <= set(known_tasks())
-    assert get_task_class("poker").multi_turn and make_task("poker").options.opponent == "rule:calling"
+    poker = get_task_class("poker")
+    assert issubclass(poker, MultiTurnTaskAdapter) and make_task("poker").options.opponent == "rule:calling"
     with pytest.raises(KeyError, match=r"unknown task 'arithm'.*Did you mean 'arith'"):
         get_task_class("arithm")
 

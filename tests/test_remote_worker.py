@@ -16,12 +16,13 @@ from echo2_sdk.records import group_from_wire, validate_group
 from echo2_sdk.registry import make_task
 from echo2_sdk.runtime.rollout.backends.base import SamplingParams
 from echo2_sdk.runtime.models.modeling import ensure_tiny_qwen3
-from echo2_sdk.runtime.rollout.remote.codec import (
-    MalformedReply, example_from_dict, example_to_dict, result_from_json, result_to_json,
+from echo2_sdk.runtime.rollout.codec import (
+    MalformedReply, MalformedSettings, example_from_dict, example_to_dict, result_from_json, result_to_json,
+    settings_from_dict, settings_to_dict,
 )
 from echo2_sdk.config import parse_endpoint
 from echo2_sdk.runtime.rollout.remote.protocol import FramedSocket, ProtocolError, authenticate
-from echo2_sdk.runtime.rollout.base import GenerationResult
+from echo2_sdk.runtime.rollout.base import GenerationResult, WorkerSettings
 
 TOKEN = "t" * 32
 
@@ -133,15 +134,17 @@ def served():
     return f"127.0.0.1:{port[0]}"
 
 
-WORKER_KWARGS = dict(task_name="arith", task_options={}, sampling=SamplingParams(1.0, 1.0, 4, seed=0),
-                     samples_per_prompt=3, seed=0)
+def settings(model_path: str, **changes) -> WorkerSettings:
+    return WorkerSettings(**{**dict(model_path=model_path, task_name="arith", task_options={},
+                                    sampling=SamplingParams(1.0, 1.0, 4, seed=0), samples_per_prompt=3, seed=0),
+                             **changes})
 
 
 def test_proxy_generates_installs_and_reports_through_json(served):
     from echo2_sdk.runtime.rollout.remote.proxy import RemoteWorkerProxy
 
     path = ensure_tiny_qwen3()
-    proxy = RemoteWorkerProxy("far", endpoint=served, token=TOKEN, model_path=path, **WORKER_KWARGS)
+    proxy = RemoteWorkerProxy("far", settings(path), endpoint=served, token=TOKEN)
     try:
         assert proxy.ping() == "far"
         examples = list(make_task("arith").examples("train"))[:2]
@@ -169,10 +172,9 @@ def test_wrong_token_and_disallowed_task_are_refused(served):
     from echo2_sdk.runtime.rollout.remote.proxy import RemoteWorkerError, RemoteWorkerProxy
 
     with pytest.raises(ProtocolError, match="failed authentication"):
-        RemoteWorkerProxy("x", endpoint=served, token="w" * 32, model_path=ensure_tiny_qwen3(), **WORKER_KWARGS)
+        RemoteWorkerProxy("x", settings(ensure_tiny_qwen3()), endpoint=served, token="w" * 32)
     with pytest.raises(RemoteWorkerError, match="not allowed"):
-        RemoteWorkerProxy("y", endpoint=served, token=TOKEN, model_path=ensure_tiny_qwen3(),
-                          **{**WORKER_KWARGS, "task_name": "aime24"})
+        RemoteWorkerProxy("y", settings(ensure_tiny_qwen3(), task_name="aime24"), endpoint=served, token=TOKEN)
 
 
 def test_unreachable_endpoint_names_the_fix():
@@ -182,7 +184,7 @@ def test_unreachable_endpoint_names_the_fix():
         s.bind(("127.0.0.1", 0))
         free = s.getsockname()[1]
     with pytest.raises(ConnectionError, match="echo2 worker serve"):
-        RemoteWorkerProxy("z", endpoint=f"127.0.0.1:{free}", token=TOKEN, model_path="x", **WORKER_KWARGS)
+        RemoteWorkerProxy("z", settings("x"), endpoint=f"127.0.0.1:{free}", token=TOKEN)
 
 
 # ---- a training run with one Ray worker and one remote worker ------------------------------------
@@ -234,21 +236,44 @@ def test_a_reply_speaking_for_another_worker_is_rejected_and_counted():
     from types import SimpleNamespace
 
     from echo2_sdk.records import Omega, RecordLimits, Rollout, RolloutGroup, group_to_wire
-    from echo2_sdk.runtime.learning.buffer import ReplayBuffer
-    from echo2_sdk.runtime.driver.metrics import RunStats
-    from echo2_sdk.runtime.driver.trainer import Trainer
+    from echo2_sdk.runtime.admission.gate import AdmissionGate
 
     def group(worker_id, meta_worker):
         rollout = Rollout(prompt_ids=(1, 2), completion_ids=(3,), reward=1.0, version=0, omega=Omega((1,), None),
                           sampler_logprobs=(-0.5,), prompt_key="p", meta={"worker": meta_worker})
         return group_to_wire(RolloutGroup("p", 0, (rollout,), worker_id=worker_id))
 
-    trainer = Trainer.__new__(Trainer)
-    trainer.stats, trainer.controller, trainer.log = RunStats(), None, lambda m: None
-    trainer.published, trainer.limits, trainer.t_start = 0, RecordLimits(), 0.0
-    trainer.buffer, trainer.learner = ReplayBuffer(3), SimpleNamespace(version=0)
-    trainer.audit = SimpleNamespace(check=lambda group: True, to_evict=lambda: [])
+    gate = AdmissionGate(staleness=3, limits=RecordLimits(), audit=SimpleNamespace(check=lambda group: True))
     result = _result(worker="a", groups=[group("a", "a"), group("b", "b"), group("a", "b")], installed={})
-    trainer._ingest([(SimpleNamespace(name="a"), result)])
-    assert trainer.stats.accepted == 1
-    assert trainer.stats.reject_reasons["wrong_worker"] == 2 and trainer.stats.rejected == 2
+    # The reply arrives through a result_from_json round trip, as every worker's reply does.
+    gate.admit("a", result_from_json(result_to_json(result)), newest_version=0, learner_version=0)
+    assert gate.counters.accepted == 1
+    assert gate.counters.reject_reasons["wrong_worker"] == 2 and gate.counters.rejected == 2
+
+
+# ---- worker settings (learner -> worker) -------------------------------------------------------------
+def test_worker_settings_round_trip_through_json():
+    from echo2_sdk.config import VLLMOptions
+
+    for value in (settings("m"), settings("m", backend="vllm", vllm_options=VLLMOptions(max_model_len=256),
+                                          max_tokens_per_s=40.0, task_options={"digits": 2})):
+        assert settings_from_dict(json.loads(json.dumps(settings_to_dict(value)))) == value
+
+
+@pytest.mark.parametrize("change, reason", [
+    (lambda d: {**d, "evil": 1}, "unknown fields"),
+    (lambda d: {k: v for k, v in d.items() if k != "task_name"}, "lack fields"),
+    (lambda d: {**d, "samples_per_prompt": "3"}, "samples_per_prompt"),
+    (lambda d: {**d, "seed": True}, "seed"),
+    (lambda d: {**d, "task_options": [1]}, "task_options"),
+    (lambda d: {**d, "sampling": {**d["sampling"], "beam": 4}}, "sampling has unknown fields"),
+    (lambda d: {**d, "sampling": {**d["sampling"], "max_new_tokens": 4.5}}, "sampling.max_new_tokens"),
+    (lambda d: {**d, "sampling": {**d["sampling"], "top_p": 0.0}}, "top_p"),
+    (lambda d: {**d, "vllm_options": {"swap_space": 4}}, "vllm_options has unknown fields"),
+    (lambda d: {**d, "vllm_options": {"gpu_memory_utilization": 2.0}}, "gpu_memory_utilization"),
+    (lambda d: {**d, "max_tokens_per_s": -1}, "max_tokens_per_s"),
+    (lambda d: [d], "JSON object"),
+])
+def test_malformed_worker_settings_are_refused_with_the_reason(change, reason):
+    with pytest.raises(MalformedSettings, match=reason):
+        settings_from_dict(change(settings_to_dict(settings("m"))))

@@ -2,6 +2,7 @@
 
 import pytest
 
+from echo2_sdk.config import WorkerSpec
 from echo2_sdk.records import Omega, Rollout, RolloutGroup
 from echo2_sdk.registry import make_task
 from echo2_sdk.rewards import RewardGuard
@@ -60,5 +61,6 @@ def test_unaudited_workers_and_disabled_audit_are_not_checked(setup):
     assert audit.check(group(tokenizer, example, "local", "no idea", 1.0))  # a trusted Ray worker
     off, _ = make_audit(adapter, tokenizer, fraction=0.0)
     assert off.check(group(tokenizer, example, "far", "no idea", 1.0)) and off._guard is None
-    assert audited_workers([{"name": "a"}, {"name": "b", "endpoint": "h:1"}], False) == {"b"}
-    assert audited_workers([{"name": "a"}, {"name": "b", "endpoint": "h:1"}], True) == {"a", "b"}
+    specs = [WorkerSpec("a"), WorkerSpec("b", endpoint="h:1")]
+    assert audited_workers(specs, False) == {"b"}
+    assert audited_workers(specs, True) == {"a", "b"}

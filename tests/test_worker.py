@@ -9,13 +9,14 @@ from echo2_sdk.records import group_from_wire, validate_group
 from echo2_sdk.registry import make_task
 from echo2_sdk.runtime.rollout.backends.base import SamplingParams
 from echo2_sdk.runtime.models.modeling import ensure_tiny_qwen3
+from echo2_sdk.runtime.rollout.base import WorkerSettings
 from echo2_sdk.runtime.rollout.worker import RolloutWorker
 
 
 @pytest.fixture(scope="module")
 def worker():
-    w = RolloutWorker("w", model_path=ensure_tiny_qwen3(), task_name="arith", task_options={},
-                      sampling=SamplingParams(1.0, 1.0, 4, seed=0), samples_per_prompt=3, seed=0)
+    w = RolloutWorker("w", WorkerSettings(model_path=ensure_tiny_qwen3(), task_name="arith", task_options={},
+                                          sampling=SamplingParams(1.0, 1.0, 4, seed=0), samples_per_prompt=3, seed=0))
     yield w
     w.close()
 
@@ -71,9 +72,9 @@ def test_concurrent_calls_overlap_scoring_with_generation(worker, examples):
 
 
 def test_throughput_cap_is_enforced_and_reported(examples):
-    w = RolloutWorker("slow", model_path=ensure_tiny_qwen3(), task_name="arith", task_options={},
-                      sampling=SamplingParams(1.0, 1.0, 4, seed=0), samples_per_prompt=2, seed=0,
-                      max_tokens_per_s=20)
+    w = RolloutWorker("slow", WorkerSettings(model_path=ensure_tiny_qwen3(), task_name="arith", task_options={},
+                                             sampling=SamplingParams(1.0, 1.0, 4, seed=0), samples_per_prompt=2,
+                                             seed=0, max_tokens_per_s=20))
     try:
         result = w.generate(examples)
         assert result.t_throttle_s > 0

@@ -15,7 +15,8 @@ import random
 from collections import Counter
 from typing import Callable, Sequence
 
-from echo2_sdk.adapter import Example, TaskAdapter
+from echo2_sdk.adapter import Example, MultiTurnTaskAdapter, TaskAdapter
+from echo2_sdk.config import WorkerSpec
 from echo2_sdk.records import RolloutGroup
 
 REWARD_ATOL = 1e-6
@@ -26,7 +27,7 @@ class RewardAudit:
                  audited: set[str], evict_after: int, seed: int, log: Callable[[str], None] = print) -> None:
         """``audited``: names of the workers whose rewards are checked; ``guard_factory`` builds the
         ``RewardGuard`` on first use (no child process when nothing is ever audited)."""
-        self.enabled = fraction > 0 and bool(audited) and not adapter.multi_turn
+        self.enabled = fraction > 0 and bool(audited) and not isinstance(adapter, MultiTurnTaskAdapter)
         self.fraction, self.audited, self.evict_after, self.log = fraction, set(audited), evict_after, log
         self.tokenizer, self._guard_factory, self._guard = tokenizer, guard_factory, None
         self._rng = random.Random(seed * 7_368_787 + 17)
@@ -93,6 +94,6 @@ class RewardAudit:
         return self._guard
 
 
-def audited_workers(specs: Sequence[dict], include_ray_workers: bool) -> set[str]:
+def audited_workers(specs: Sequence[WorkerSpec], include_ray_workers: bool) -> set[str]:
     """Workers outside Ray (``endpoint``) always; Ray workers too when asked."""
-    return {s["name"] for s in specs if s.get("endpoint") or include_ray_workers}
+    return {s.name for s in specs if s.endpoint or include_ray_workers}

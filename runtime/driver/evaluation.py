@@ -9,7 +9,7 @@ import dataclasses
 from collections import Counter
 from typing import Iterable
 
-from echo2_sdk.adapter import TaskAdapter
+from echo2_sdk.adapter import MultiTurnTaskAdapter, TaskAdapter
 from echo2_sdk.checks import render_prompt_ids
 from echo2_sdk.evaluation import avg_at_k
 from echo2_sdk.rewards import RewardGuard, score_directly
@@ -55,7 +55,7 @@ def evaluate(
             f"task {adapter.name!r} has no examples in split {split!r} (limit={limit}); "
             "evaluate another split or check the task options"
         )
-    if adapter.multi_turn:  # play episodes: the reward is the trajectory return
+    if isinstance(adapter, MultiTurnTaskAdapter):  # play episodes: the reward is the trajectory return
         from echo2_sdk.runtime.rollout.episodes import evaluate_episodes
 
         returns, play = evaluate_episodes(adapter, backend, tokenizer, examples, k=k, params=params,

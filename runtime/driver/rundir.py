@@ -1,4 +1,8 @@
-"""A training run's directory: metrics.jsonl, summary.json, plots, checkpoints, base model."""
+"""A training run's directory: metrics.jsonl, summary.json, plots, checkpoints, base model.
+
+With ``train.report_to`` set, every metrics row and the summary also go to the experiment trackers
+(tracking.py), so that nothing reaches them that the files do not hold.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +14,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from echo2_sdk.config import Echo2Config
+from echo2_sdk.runtime.driver.tracking import Tracker, build_trackers
 from echo2_sdk.runtime.models.files import latest_checkpoint
 
 
@@ -22,17 +28,22 @@ def default_run_dir(task: str) -> str:
 
 
 class RunDir:
-    def __init__(self, path: str | os.PathLike) -> None:
+    def __init__(self, path: str | os.PathLike, cfg: Echo2Config | None = None) -> None:
+        """``cfg``: the run's config; its ``train.report_to`` trackers start here (a missing package fails now)."""
         self.path = Path(path)
         self.path.mkdir(parents=True, exist_ok=True)
         self.checkpoints = self.path / "checkpoints"
         self.metrics_path = self.path / "metrics.jsonl"
         self.summary_path = self.path / "summary.json"
         self.base_model = self.path / "base_model"
+        self.trackers: list[Tracker] = build_trackers(cfg, self.path) if cfg is not None else []
 
     def append_metrics(self, row: dict[str, Any]) -> None:
+        row = _jsonable(row)
         with open(self.metrics_path, "a") as fh:
-            fh.write(json.dumps(_jsonable(row)) + "\n")
+            fh.write(json.dumps(row) + "\n")
+        for tracker in self.trackers:
+            tracker.log_step(row)
 
     def append_jsonl(self, name: str, row: dict[str, Any]) -> None:
         """Append one JSON line to ``name`` in the run directory (event logs next to metrics.jsonl)."""
@@ -53,9 +64,18 @@ class RunDir:
                 fh.write(json.dumps(r) + "\n")
 
     def write_summary(self, summary: dict[str, Any]) -> None:
+        summary = _jsonable(summary)
         tmp = self.summary_path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(_jsonable(summary), indent=2))
+        tmp.write_text(json.dumps(summary, indent=2))
         tmp.replace(self.summary_path)
+        for tracker in self.trackers:
+            tracker.log_summary(summary)
+
+    def close(self) -> None:
+        """Finish the trackers (flush event files, end the W&B run); the files need no closing."""
+        trackers, self.trackers = self.trackers, []
+        for tracker in trackers:
+            tracker.close()
 
     def checkpoint_dir(self, step: int) -> Path:
         return self.checkpoints / f"step_{step}"

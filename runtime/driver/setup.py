@@ -6,14 +6,16 @@ import dataclasses
 import os
 import random
 import time
-from typing import Callable
+from typing import Callable, Sequence
 
 import numpy as np
 import torch
 
 from echo2_sdk.adapter import TaskAdapter
-from echo2_sdk.config import ConfigError, Echo2Config
+from echo2_sdk.config import ConfigError, Echo2Config, WorkerSpec, resolve_workers
 from echo2_sdk.runtime.driver.rundir import RunDir
+from echo2_sdk.runtime.rollout.backends.base import SamplingParams
+from echo2_sdk.runtime.rollout.base import WorkerSettings
 
 TINY = "tiny-qwen3"
 
@@ -163,7 +165,7 @@ def node_offers(node: dict, requested: dict[str, float]) -> bool:
     return all(have.get(k, 0.0) >= v for k, v in requested.items())
 
 
-def check_placement(cfg: Echo2Config, specs: list[dict]) -> None:
+def check_placement(cfg: Echo2Config, specs: Sequence[WorkerSpec]) -> None:
     """Fail fast (instead of waiting forever for an infeasible actor) when no alive node of the
     cluster offers the custom resources a rollout worker requests."""
     import ray
@@ -171,26 +173,36 @@ def check_placement(cfg: Echo2Config, specs: list[dict]) -> None:
     nodes = [n for n in ray.nodes() if n.get("Alive")]
     base = dict(cfg.rollout.worker_resources)
     for spec in specs:
-        if spec.get("endpoint"):
+        if spec.endpoint:
             continue  # outside Ray: no placement
-        want = {**base, **(spec.get("resources") or {})}
+        want = {**base, **spec.resources}
         if cfg.rollout.gpus_per_worker > 0:
             want["GPU"] = cfg.rollout.gpus_per_worker
         if want and not any(node_offers(n, want) for n in nodes):
             offered = sorted({k for n in nodes for k in n.get("Resources", {}) if not k.startswith("node:")})
             raise ResourceError(
-                f"rollout worker {spec['name']!r} requests Ray resources {want} (rollout.worker_resources "
-                f"{base or '{}'} + its own resources {spec.get('resources') or '{}'}), but no node of the "
+                f"rollout worker {spec.name!r} requests Ray resources {want} (rollout.worker_resources "
+                f"{base or '{}'} + its own resources {spec.resources or '{}'}), but no node of the "
                 f"cluster offers them (resources there: {', '.join(offered)}). Start a rollout node with "
                 f"`ray start --address=HEAD:6379 --resources='{{\"{next(iter(want))}\": 4}}'` or change the config"
             )
 
 
-def worker_specs(cfg: Echo2Config) -> list[dict]:
-    """One dict per rollout worker (``rollout.workers``, ``rollout.pool_file`` or ``num_workers`` of them)."""
-    from echo2_sdk.config import resolve_workers
+def worker_specs(cfg: Echo2Config) -> tuple[WorkerSpec, ...]:
+    """The rollout workers (``rollout.workers``, ``rollout.pool_file`` or ``num_workers`` of them)."""
+    return resolve_workers(cfg)
 
-    return [dataclasses.asdict(w) for w in resolve_workers(cfg)]
+
+def worker_settings(cfg: Echo2Config, model_path: str) -> WorkerSettings:
+    """What every rollout worker of the run starts with (the pool sets each one's seed and throughput cap)."""
+    r = cfg.rollout
+    return WorkerSettings(
+        model_path=model_path, task_name=cfg.task.name, task_options=dict(cfg.task.options),
+        sampling=SamplingParams(r.temperature, r.top_p, r.max_new_tokens, cfg.train.seed),
+        samples_per_prompt=r.samples_per_prompt, seed=cfg.train.seed, dtype=cfg.model.dtype,
+        threads=r.threads_per_worker, reward_timeout_s=r.reward_timeout_s, max_answer_chars=r.max_answer_chars,
+        backend=r.backend, device="cuda" if r.gpus_per_worker > 0 else "cpu", vllm_options=r.vllm,
+    )
 
 
 def broadcast_bind_host(cfg: Echo2Config, address: str | None = None) -> str:
@@ -202,7 +214,7 @@ def broadcast_bind_host(cfg: Echo2Config, address: str | None = None) -> str:
 
 def _remote_workers_off_loopback(cfg: Echo2Config) -> bool:
     """An ``echo2 worker serve`` on another machine must reach the learner's broadcast ports."""
-    from echo2_sdk.config import parse_endpoint, resolve_workers
+    from echo2_sdk.config import parse_endpoint
 
     hosts = [parse_endpoint(w.endpoint)[0] for w in resolve_workers(cfg) if w.endpoint]
     return any(h not in ("127.0.0.1", "localhost", "::1", "[::1]") for h in hosts)

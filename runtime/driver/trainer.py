@@ -9,19 +9,19 @@ every worker to install it, repeat (the verl-sync baseline) — same workers, bu
 
 from __future__ import annotations
 
-import dataclasses
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import ray
 import yaml
 
-from echo2_sdk.config import Echo2Config, resolve_kappa, to_dict
-from echo2_sdk.records import RecordLimits, RolloutGroup, group_from_wire, validate_group
+from echo2_sdk.config import Echo2Config, WorkerSpec, resolve_kappa, to_dict
+from echo2_sdk.records import RecordLimits, RolloutGroup
 from echo2_sdk.registry import make_task
+from echo2_sdk.runtime.admission.base import AdmissionCounters
+from echo2_sdk.runtime.admission.gate import AdmissionGate
 from echo2_sdk.runtime.driver import setup
 from echo2_sdk.runtime.learning.batching import collate
-from echo2_sdk.runtime.learning.buffer import ReplayBuffer
 from echo2_sdk.runtime.driver.data import PromptStream
 from echo2_sdk.runtime.broadcast.delivery import DeliveryTracker, delivery_summary
 from echo2_sdk.runtime.driver.metrics import RunStats, progress_line, summarize
@@ -39,7 +39,7 @@ class Trainer:
         setup.check_resources(cfg)
         quiet_libraries()
         setup.seed_everything(cfg.train.seed)
-        self.run = RunDir(run_dir)
+        self.run = RunDir(run_dir, cfg)  # also starts the train.report_to trackers
         (self.run.path / "config.yaml").write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
         self.adapter = make_task(cfg.task.name, cfg.task.options, seed=cfg.train.seed)
         self.sync = cfg.runtime.mode == "sync"
@@ -50,7 +50,7 @@ class Trainer:
         torch.set_num_threads(cfg.runtime.learner_threads)
         self.base_path = setup.prepare_base_model(cfg, self.adapter, self.run, log)
         self.learner, self.tokenizer = setup.build_learner(cfg, self.base_path)
-        self.stats = RunStats()
+        self.stats, counters = RunStats(), AdmissionCounters()
         self.step, position = 0, 0
         if resume:
             ckpt = self.run.latest_checkpoint()
@@ -59,12 +59,12 @@ class Trainer:
             extra = self.learner.load_checkpoint(str(ckpt))
             self.step, position = extra["step"], extra["data_position"]
             self.stats = RunStats.from_dict(extra["stats"])
+            # Checkpoints written before the admission gate kept its counters with the run statistics.
+            counters = AdmissionCounters.from_dict(extra.get("admission", extra["stats"]))
             self.run.truncate_metrics(self.step)
             log(f"resumed from {ckpt} at step {self.step}, version {self.learner.version}")
         self.stream = PromptStream(self.adapter.examples("train"), cfg.train.seed, position)
-        self.buffer = ReplayBuffer(self.staleness, on_drop=self.stats.count_stale_drop)
         self.published = self.learner.version
-        self.limits = RecordLimits(vocab_size=len(self.tokenizer))
         self.owns_ray = setup.init_ray(cfg, ray_address)
         r = cfg.rollout
         specs = setup.worker_specs(cfg)
@@ -76,14 +76,7 @@ class Trainer:
             model_files = pack(self.base_path)
         self.pool = RolloutPool(
             specs,
-            dict(
-                model_path=self.base_path, task_name=cfg.task.name, task_options=dict(cfg.task.options),
-                sampling=SamplingParams(r.temperature, r.top_p, r.max_new_tokens, cfg.train.seed),
-                samples_per_prompt=r.samples_per_prompt, seed=cfg.train.seed, dtype=cfg.model.dtype,
-                threads=r.threads_per_worker, reward_timeout_s=r.reward_timeout_s,
-                max_answer_chars=r.max_answer_chars, backend=r.backend,
-                device="cuda" if r.gpus_per_worker > 0 else "cpu", vllm_options=r.vllm,
-            ),
+            setup.worker_settings(cfg, self.base_path),
             gpus_per_worker=r.gpus_per_worker,
             resources=r.worker_resources,
             model_files=model_files,
@@ -102,6 +95,9 @@ class Trainer:
 
         self.agreement = SamplerAgreement(r.logprob_tolerance, r.logprob_check_min_tokens, log=log)
         self.audit = _reward_audit(cfg, self.adapter, self.tokenizer, specs, log)
+        self.gate = AdmissionGate(staleness=self.staleness, limits=RecordLimits(vocab_size=len(self.tokenizer)),
+                                  audit=self.audit, counters=counters)
+        self.buffer = self.gate.buffer  # what the gate admitted, drawn from by the learner
         self.t_start = time.perf_counter()
         if self.learner.version > 0:  # resumed: workers start from the restored weights
             self._wait_installed(self._publish())
@@ -110,28 +106,32 @@ class Trainer:
     def fit(self) -> dict[str, Any]:
         cfg = self.cfg
         try:
-            evals = {"before": self.evaluate()} if self.step == 0 else dict(self.stats.evals)
-            self.stats.evals = evals
             if self.step == 0:
-                self.log(f"held-out before training: {_fmt_eval(evals['before'])}")
+                before = self.evaluate()
+                self.stats.on_eval("before", before)
+                self.log(f"held-out before training: {_fmt_eval(before)}")
             # wall_s counts training only: the clock starts after setup and the first evaluation.
             self.t_start = time.perf_counter() - self.stats.wall_offset_s
             (self._run_sync if self.sync else self._run_async)()
-            evals["after"] = self.evaluate()
-            self.log(f"held-out after training:  {_fmt_eval(evals['after'])}")
+            after = self.evaluate()
+            self.stats.on_eval("after", after)
+            self.log(f"held-out after training:  {_fmt_eval(after)}")
             self._checkpoint()
         finally:
             self._delivered(self.deliveries.finish_all(timeout_s=30.0))
-            self._worker_report = self.pool.worker_report()
+            workers = self.pool.worker_report()
             self.pool.shutdown()
             self.audit.close()
             if self.owns_ray:
                 ray.shutdown()
         rows = self.run.read_metrics()
-        summary = summarize(self, rows)
+        summary = summarize(cfg, rows, stats=self.stats, admission=self.gate.counters, staleness=self.staleness,
+                            kappa=self.kappa, steps=self.step, version=self.learner.version,
+                            base_model=self.base_path, workers=workers,
+                            pool=self.controller.summary() if self.controller is not None else None)
         summary["broadcast"] = {
             "transport": cfg.broadcast.transport, "topology": cfg.broadcast.topology,
-            **delivery_summary(self.stats.deliveries), "by_version": self._version_table(),
+            **delivery_summary(self.stats.deliveries), "by_version": self.stats.version_table(),
         }
         summary["sampler_agreement"] = self.agreement.summary()
         summary["reward_audit"] = self.audit.summary()
@@ -140,6 +140,7 @@ class Trainer:
 
             summary["plots"] = write_plots(rows, self.stats.staleness_counts, self.run.path)
         self.run.write_summary(summary)
+        self.run.close()
         return summary
 
     # ------------------------------------------------------------------------------------------
@@ -150,52 +151,20 @@ class Trainer:
     def _ingest(self, results) -> None:
         for slot, result in results:
             if isinstance(result, Exception):
-                self.stats.worker_errors += 1
+                self.gate.count_worker_error()
                 what = "died; no more work goes to it" if slot.dead else "request failed; continuing"
                 self.log(f"worker {slot.name} {what} ({type(result).__name__}: {str(result)[:300]})")
                 if self.pool.exhausted():
                     raise RuntimeError("every rollout worker has died; see the errors above") from result
                 continue
-            self.stats.tokens += result.num_tokens
             if self.controller is not None:  # μ_i = rollouts per generating second (throttle included)
-                self.controller.on_result(slot.name, sum(len(g["rollouts"]) for g in result.groups),
-                                          result.t_generate_s + result.t_throttle_s)
-            for status, n in result.reward_status.items():
-                self.stats.reward_status[status] += n
-            for v, t in result.installed.items():
-                self.stats.installs.append((slot.name, v, round(t - self.stats.t0_wall, 3)))
-            for wire in result.groups:
-                try:
-                    group = group_from_wire(wire)
-                except ValueError:
-                    self.stats.rejected += 1
-                    self.stats.reject_reasons["malformed"] += 1
-                    continue
-                # Per-worker accounting (agreement flags, dollars) trusts these names: a reply speaks
-                # only for the worker the pool asked.
-                if group.worker_id != slot.name or any(r.meta.get("worker") != slot.name for r in group.rollouts):
-                    self.stats.rejected += len(group.rollouts)
-                    self.stats.reject_reasons["wrong_worker"] += len(group.rollouts)
-                    continue
-                if not self.audit.check(group):
-                    self.stats.rejected += len(group.rollouts)
-                    self.stats.reject_reasons["reward_mismatch"] += len(group.rollouts)
-                    continue
-                self._admit(group)
+                self.controller.on_result(slot.name, result.num_rollouts, result.t_generate_s + result.t_throttle_s)
+            admitted = self.gate.admit(slot.name, result, newest_version=self.published,
+                                       learner_version=self.learner.version)
+            self.stats.on_result(slot.name, result.installed, admitted.arrived_versions,
+                                 time.perf_counter() - self.t_start)
         for name in self.audit.to_evict():
             self.log(f"reward audit: evicting worker {name} from the pool: {self.pool.mark_lost(name)}")
-
-    def _admit(self, group: RolloutGroup) -> None:
-        accepted, rejected = validate_group(group, newest_version=self.published, limits=self.limits)
-        self.stats.rejected += sum(rejected.values())
-        self.stats.reject_reasons.update(rejected)
-        if not accepted:
-            return
-        if len(accepted) < len(group.rollouts):
-            group = dataclasses.replace(group, rollouts=tuple(accepted))
-        self.stats.first_rollout.setdefault(group.version, time.perf_counter() - self.t_start)
-        if self.buffer.add(group, self.learner.version):
-            self.stats.accepted += len(group.rollouts)
 
     def _run_async(self) -> None:
         for slot in self.pool.slots:
@@ -206,7 +175,7 @@ class Trainer:
             if groups is None:
                 t0 = time.perf_counter()
                 self._collect(0.5)
-                self.stats.t_idle_s += time.perf_counter() - t0
+                self.stats.on_idle(time.perf_counter() - t0)
                 continue
             self._train(groups)
             if self.learner.version % self.kappa == 0:
@@ -224,21 +193,19 @@ class Trainer:
                     self.pool.submit(slot, self.stream.take(min(self.cfg.rollout.prompts_per_request, missing - i)))
                 while self.pool.pending():
                     self._collect(0.5)
-            self.stats.t_idle_s += time.perf_counter() - t0
+            self.stats.on_idle(time.perf_counter() - t0)
             self._train(self.buffer.take(P, self.learner.version))
             t1 = time.perf_counter()
             self._wait_installed(self._publish())
-            self.stats.t_idle_s += time.perf_counter() - t1
+            self.stats.on_idle(time.perf_counter() - t1)
 
     def _publish(self) -> list:
         """Start delivering the current weights; the learner does not wait (except in sync mode)."""
         v = self.learner.version
         handles = self.pool.publish(self.learner.state_dict_for_rollout(), v)
         self.deliveries.published(v, self.step, handles, self.pool.last_publish_names)
-        self.stats.publish_s[v] = time.perf_counter() - self.t_start
-        self.stats.publish_wall[v] = time.time()
+        self.stats.on_publish(v, time.perf_counter() - self.t_start, time.time())
         self.published = v
-        self.stats.publishes += 1
         return handles
 
     def _wait_installed(self, handles: list) -> None:
@@ -252,11 +219,11 @@ class Trainer:
     def _delivered(self, records: list[dict]) -> None:
         released = {s.name for s in self.pool.slots if not s.active}
         for rec in records:
-            rec["t_publish_s"] = round(self.stats.publish_s.get(rec["version"], 0.0), 4)
+            rec["t_publish_s"] = round(self.stats.publish_time_s(rec["version"]), 4)
             # A worker the scheduler released mid-delivery did not fail: it left on purpose.
             rec["released"] = sorted(w for w in rec["failed"] if w in released)
             rec["failed"] = {w: r for w, r in rec["failed"].items() if w not in released}
-            self.stats.deliveries.append(rec)
+            self.stats.on_delivery(rec)
             self.run.append_jsonl("broadcasts.jsonl", rec)
             self._fresh_delivery = rec
             if self.controller is not None and rec["t_bcast_s"] is not None:
@@ -286,7 +253,10 @@ class Trainer:
         metrics = self.learner.train_step(batch)
         t_train = time.perf_counter() - t0
         self.step += 1
-        row = self.stats.step_row(self, records, v_t, t_train, metrics)
+        row = self.stats.on_step(step=self.step, version=self.learner.version, records=records, v_t=v_t,
+                                 t_train_s=t_train, wall_s=time.perf_counter() - self.t_start,
+                                 published_version=self.published, buffer_groups=len(self.buffer),
+                                 learner_metrics=metrics, admission=self.gate.counters)
         row.update(self.agreement.update([str(r.meta.get("worker", "")) for r in records],
                                          [v_t - r.version for r in records], self.learner.last_agreement))
         if self.controller is not None:
@@ -300,35 +270,16 @@ class Trainer:
         if self.step % every == 0 or self.step == 1 or self.step == self.cfg.train.steps:
             self.log(progress_line(row, self.cfg.train.steps))
         if self.cfg.train.eval_every and self.step % self.cfg.train.eval_every == 0:
-            self.stats.evals[f"step_{self.step}"] = self.evaluate()
+            self.stats.on_eval(f"step_{self.step}", self.evaluate())
         if self.cfg.train.checkpoint_every and self.step % self.cfg.train.checkpoint_every == 0:
             self._checkpoint()
 
-    def _version_table(self) -> list[dict]:
-        """Per version: publish, T_bcast, all installed, and when its first rollout reached the learner."""
-        applied = {(w, v): self.stats.t0_wall + t for w, v, t in self.stats.installs}
-        table = []
-        for rec in self.stats.deliveries:
-            v, first = rec["version"], self.stats.first_rollout.get(rec["version"])
-            wall = self.stats.publish_wall.get(v)
-            # Switch lag: from a worker's verified receipt to its first generation under the version
-            # (at most one generation batch already running when the snapshot arrived).
-            lags = sorted(applied[(w, v)] - (wall + t) for w, t in rec["installed_s"].items()
-                          if wall is not None and (w, v) in applied)
-            table.append({
-                "version": v, "t_publish_s": rec["t_publish_s"], "t_bcast_s": rec["t_bcast_s"],
-                "t_all_s": rec["t_all_s"], "superseded_by": rec.get("superseded_by"),
-                "first_rollout_after_publish_s": None if first is None else round(first - rec["t_publish_s"], 3),
-                "switch_lag_s_median": round((lags[(len(lags) - 1) // 2] + lags[len(lags) // 2]) / 2, 3) if lags else None,
-                "switch_lag_s_max": round(lags[-1], 3) if lags else None,
-            })
-        return table
-
     def _checkpoint(self) -> None:
-        self.stats.wall_offset_s = time.perf_counter() - self.t_start
+        self.stats.on_checkpoint(time.perf_counter() - self.t_start)
         self.learner.save_checkpoint(
             str(self.run.checkpoint_dir(self.step)),
-            extra={"step": self.step, "data_position": self.stream.position, "stats": self.stats.to_dict()},
+            extra={"step": self.step, "data_position": self.stream.position, "stats": self.stats.to_dict(),
+                   "admission": self.gate.counters.to_dict()},
         )
 
     def evaluate(self) -> dict[str, Any]:
@@ -349,7 +300,7 @@ class Trainer:
         return result
 
 
-def _reward_audit(cfg: Echo2Config, adapter, tokenizer, specs: list[dict], log: Callable[[str], None]):
+def _reward_audit(cfg: Echo2Config, adapter, tokenizer, specs: Sequence[WorkerSpec], log: Callable[[str], None]):
     from echo2_sdk.rewards import RewardGuard
     from echo2_sdk.runtime.admission.reward_audit import RewardAudit, audited_workers
 

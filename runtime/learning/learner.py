@@ -18,7 +18,7 @@ from dataclasses import dataclass, fields
 import torch
 from torch import Tensor
 
-from echo2_sdk.runtime.learning.algos import get_policy_loss
+from echo2_sdk.algos import get_policy_loss
 from echo2_sdk.runtime.learning.checkpoint import load_learner_checkpoint, save_learner_checkpoint
 from echo2_sdk.runtime.models.logprobs import token_logprobs
 

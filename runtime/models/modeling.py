@@ -10,12 +10,10 @@ from __future__ import annotations
 
 import os
 import shutil
-import string
 import tempfile
 from pathlib import Path
 
 import torch
-from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
 from transformers import (
     AutoModelForCausalLM,
     AutoTokenizer,
@@ -25,22 +23,17 @@ from transformers import (
     Qwen3ForCausalLM,
 )
 
-TINY_MODEL_NAME = "tiny-qwen3"
-PAD_TOKEN = "<|endoftext|>"
-IM_START = "<|im_start|>"
-IM_END = "<|im_end|>"  # end of a chat turn; the model's eos
-# WordLevel needs an id for characters outside its vocabulary (non-ASCII text).
-UNK_TOKEN = "<unk>"
-
-# Qwen's ChatML layout without the <think> handling: every message is
-# "<|im_start|>{role}\n{content}<|im_end|>\n"; the generation prompt opens an assistant turn.
-QWEN_STYLE_CHAT_TEMPLATE = (
-    "{%- for message in messages %}"
-    "{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}"
-    "{%- endfor %}"
-    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
+# The tiny tokenizer lives in the SDK (its checks build it offline); re-exported for the runtime.
+from echo2_sdk.tiny_tokenizer import (  # noqa: F401
+    IM_END,
+    IM_START,
+    PAD_TOKEN,
+    QWEN_STYLE_CHAT_TEMPLATE,
+    UNK_TOKEN,
+    build_tiny_tokenizer,
 )
 
+TINY_MODEL_NAME = "tiny-qwen3"
 DEFAULT_TINY_SIZE = dict(
     hidden_size=128, num_layers=4, num_heads=4, num_kv_heads=2, intermediate_size=512, seed=0
 )
@@ -55,35 +48,6 @@ _DTYPES = {
     "float16": torch.float16,
     "fp16": torch.float16,
 }
-
-
-def build_tiny_tokenizer() -> PreTrainedTokenizerFast:
-    """Character-level tokenizer over printable ASCII plus newline, with ChatML special tokens.
-
-    Ids 0-3 are `<|endoftext|>` (pad), `<|im_start|>`, `<|im_end|>` (eos), `<unk>`; then one id
-    per character. decode(encode(s)) == s for any printable-ASCII/newline string.
-    """
-    specials = [PAD_TOKEN, IM_START, IM_END, UNK_TOKEN]
-    characters = sorted(set(string.printable) - set("\t\r\x0b\x0c"))  # printable ASCII + " " + "\n"
-    vocab = {token: index for index, token in enumerate(specials + characters)}
-    backend = Tokenizer(models.WordLevel(vocab=vocab, unk_token=UNK_TOKEN))
-    # Every character is its own pre-token ([\s\S] rather than ".", which skips newlines).
-    backend.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")
-    # Fuse concatenates tokens on decode (the default decoder would join them with spaces).
-    backend.decoder = decoders.Fuse()
-    # Registering the specials as added tokens makes "<|im_start|>" in text one id, not 12 chars.
-    backend.add_special_tokens(specials)
-    tokenizer = PreTrainedTokenizerFast(
-        tokenizer_object=backend,
-        pad_token=PAD_TOKEN,
-        eos_token=IM_END,
-        unk_token=UNK_TOKEN,
-        additional_special_tokens=[IM_START],
-        padding_side="left",
-        model_max_length=1024,
-    )
-    tokenizer.chat_template = QWEN_STYLE_CHAT_TEMPLATE
-    return tokenizer
 
 
 def build_tiny_model(

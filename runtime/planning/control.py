@@ -29,6 +29,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
+from echo2_sdk.config import WorkerSpec
 from echo2_sdk.scheduler_config import PoolSchedulerConfig, resolve_prices
 from echo2_sdk.runtime.planning.cost import CostMeter, Resource
 from echo2_sdk.runtime.planning.heartbeat import ThroughputMeter, heartbeat_round
@@ -38,25 +39,23 @@ from echo2_sdk.runtime.planning.scheduler import Decision, PoolScheduler, Schedu
 DECISIONS_FILE = "decisions.jsonl"
 
 
-def offers_from_specs(specs: Sequence[dict], prices: dict[str, float], max_new_tokens: int) -> list[WorkerOffer]:
+def offers_from_specs(specs: Sequence[WorkerSpec], prices: dict[str, float], max_new_tokens: int) -> list[WorkerOffer]:
     """Scheduler offers from worker specs: μ_i prior = ``rollouts_per_s``, else ``max_tokens_per_s`` /
     ``max_new_tokens`` (every sample at full length: a low estimate); c_i = ``usd_per_hour``, else ``prices[gpu]``."""
     offers = []
     for spec in specs:
-        gpu = spec.get("gpu") or "cpu"
-        mu = spec.get("rollouts_per_s")
+        gpu = spec.gpu or "cpu"
+        mu = spec.rollouts_per_s
         if mu is None:
-            cap = spec.get("max_tokens_per_s")
-            if cap is None:
-                raise ValueError(f"worker {spec['name']!r}: no throughput prior; set rollouts_per_s or max_tokens_per_s")
-            mu = cap / max_new_tokens
-        usd = spec.get("usd_per_hour")
+            if spec.max_tokens_per_s is None:
+                raise ValueError(f"worker {spec.name!r}: no throughput prior; set rollouts_per_s or max_tokens_per_s")
+            mu = spec.max_tokens_per_s / max_new_tokens
+        usd = spec.usd_per_hour
         if usd is None:
             if gpu not in prices:
-                raise ValueError(f"worker {spec['name']!r}: no usd_per_hour and no price for gpu {gpu!r} in scheduler.prices")
+                raise ValueError(f"worker {spec.name!r}: no usd_per_hour and no price for gpu {gpu!r} in scheduler.prices")
             usd = prices[gpu]
-        offers.append(WorkerOffer(spec["name"], gpu, float(mu), float(usd),
-                                  spec.get("uplink_mbps"), spec.get("downlink_mbps")))
+        offers.append(WorkerOffer(spec.name, gpu, float(mu), float(usd), spec.uplink_mbps, spec.downlink_mbps))
     return offers
 
 

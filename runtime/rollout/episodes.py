@@ -1,6 +1,6 @@
 """Multi-turn rollouts: n episodes per example, played in lock-step through a generation backend.
 
-Used by :class:`echo2_sdk.runtime.rollout.worker.RolloutWorker` when ``adapter.multi_turn`` is set, and by
+Used by :class:`echo2_sdk.runtime.rollout.worker.RolloutWorker` for a ``MultiTurnTaskAdapter``, and by
 held-out evaluation. Every round samples one assistant turn for *every* live episode in a single
 ``backend.generate`` call (the first round samples the n episodes of an example from their shared
 prompt with ``n``; later rounds one completion per episode context); each episode's context is the
@@ -27,7 +27,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from echo2_sdk.adapter import Example, TaskAdapter
+from echo2_sdk.adapter import Example, MultiTurnTaskAdapter, TaskAdapter
 from echo2_sdk.records import RecordLimits, Rollout, RolloutGroup
 from echo2_sdk.runtime.rollout.backends.base import GenerationBackend, SamplingParams
 
@@ -70,8 +70,8 @@ def run_episodes(
     """
     if n < 1:
         raise ValueError(f"run_episodes needs n >= 1 episodes per example, got n={n}")
-    if not adapter.multi_turn:
-        raise ValueError(f"task {adapter.name!r} is single-turn (multi_turn=False); the worker's "
+    if not isinstance(adapter, MultiTurnTaskAdapter):
+        raise ValueError(f"task {adapter.name!r} is single-turn (not a MultiTurnTaskAdapter); the worker's "
                          "single-turn path generates it")
     if max_context_tokens <= params.max_new_tokens:
         raise ValueError(f"max_context_tokens={max_context_tokens} leaves no room for a prompt with "

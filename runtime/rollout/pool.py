@@ -7,6 +7,7 @@ the learner trains. Snapshots travel through a ``SnapshotTransport``; here the R
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass, field
 from typing import Any, Sequence
@@ -14,17 +15,20 @@ from typing import Any, Sequence
 import ray
 
 from echo2_sdk.adapter import Example
+from echo2_sdk.config import WorkerSpec
 from echo2_sdk.runtime.broadcast.base import CONTROL, SnapshotTransport
 from echo2_sdk.runtime.broadcast.object_store import ObjectStoreTransport
-from echo2_sdk.runtime.rollout.remote.codec import example_to_dict, result_from_json
-from echo2_sdk.runtime.rollout.base import GenerationResult
+from echo2_sdk.runtime.rollout.codec import example_to_dict, result_from_json
+from echo2_sdk.runtime.rollout.base import GenerationResult, WorkerSettings
 from echo2_sdk.runtime.rollout.worker import RolloutWorker
+
 
 @dataclass
 class WorkerSlot:
     name: str
     actor: Any
-    spec: dict
+    spec: WorkerSpec
+    """What the config says about it (placement, throughput cap, price, endpoint)."""
     inflight: list[Any] = field(default_factory=list)
     samples: int = 0
     tokens: int = 0
@@ -58,8 +62,8 @@ class WorkerSlot:
 class RolloutPool:
     def __init__(
         self,
-        specs: Sequence[dict],
-        worker_kwargs: dict,
+        specs: Sequence[WorkerSpec],
+        settings: WorkerSettings,
         *,
         transport: SnapshotTransport | None = None,
         queue_depth: int = 2,
@@ -68,7 +72,8 @@ class RolloutPool:
         model_files: Any = None,
         lazy: bool = False,
     ) -> None:
-        """``lazy``: start no actor yet; :meth:`activate` starts them (the pool scheduler decides which).
+        """``settings``: what every worker starts with; each gets its own seed and its spec's throughput cap.
+        ``lazy``: start no actor yet; :meth:`activate` starts them (the pool scheduler decides which).
         ``resources``: Ray custom resources every worker actor requests (a spec's own ``resources`` add
         to them and win on shared keys), e.g. ``{"rollout": 1}`` to keep workers on rollout nodes.
         ``model_files``: the base model folder packed by ``model_files.pack`` for Ray workers on nodes
@@ -76,9 +81,9 @@ class RolloutPool:
         # Several control threads: a P2P receive blocks one until its version is in, and must not hold
         # up a direct install or the shutdown call behind it.
         self._remote_cls = ray.remote(concurrency_groups={CONTROL: 4})(RolloutWorker)
-        self._worker_kwargs, self._gpus_per_worker = worker_kwargs, gpus_per_worker
+        self._settings, self._gpus_per_worker = settings, gpus_per_worker
         self._resources = dict(resources or {})
-        self._ray_only_kwargs = {"model_files": model_files} if model_files is not None else {}
+        self._model_files = model_files
         self._remote_proxy_cls: Any = None
         self._starting: dict[Any, WorkerSlot] = {}
         self.latest: tuple[dict, int] | None = None
@@ -88,7 +93,7 @@ class RolloutPool:
         self.queue_depth = queue_depth
         self.slots: list[WorkerSlot] = []
         for i, spec in enumerate(specs):
-            slot = WorkerSlot(spec["name"], None, dict(spec), index=i, active=not lazy, ready=not lazy)
+            slot = WorkerSlot(spec.name, None, spec, index=i, active=not lazy, ready=not lazy)
             self.slots.append(slot)
             if not lazy:
                 self._start(slot)
@@ -99,21 +104,19 @@ class RolloutPool:
     def _start(self, slot: WorkerSlot) -> None:
         # Workers reserve no CPU slot: light control calls must never wait for a free CPU.
         # max_concurrency=2: one request generates while the previous one scores its rewards.
-        kw = self._worker_kwargs
-        seed = kw["seed"] + 7919 * (slot.index + 1) + 104729 * slot.starts  # a restart samples anew
-        if slot.spec.get("endpoint"):  # a worker outside Ray (`echo2 worker serve`)
-            slot.actor = self._start_remote(slot, {**kw, "seed": seed})
+        seed = self._settings.seed + 7919 * (slot.index + 1) + 104729 * slot.starts  # a restart samples anew
+        settings = dataclasses.replace(self._settings, seed=seed, max_tokens_per_s=slot.spec.max_tokens_per_s)
+        if slot.spec.endpoint:  # a worker outside Ray (`echo2 worker serve`)
+            slot.actor = self._start_remote(slot, settings)
         else:
-            resources = {**self._resources, **(slot.spec.get("resources") or {})}  # placement: rollout nodes
+            resources = {**self._resources, **slot.spec.resources}  # placement: rollout nodes
             slot.actor = self._remote_cls.options(num_cpus=0, num_gpus=self._gpus_per_worker, max_concurrency=2,
                                                   resources=resources or None).remote(
-                slot.name, max_tokens_per_s=slot.spec.get("max_tokens_per_s"), **{**kw, "seed": seed},
-                **self._ray_only_kwargs,
-            )
+                slot.name, settings, model_files=self._model_files)
         slot.starts += 1
         slot.active_since = time.perf_counter()
 
-    def _start_remote(self, slot: WorkerSlot, kwargs: dict) -> Any:
+    def _start_remote(self, slot: WorkerSlot, settings: WorkerSettings) -> Any:
         """A proxy actor pinned to this (the learner's) node speaks to the remote worker: the remote
         machine never joins Ray, and its replies are JSON checked by the driver (README "Trust model")."""
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
@@ -124,13 +127,10 @@ class RolloutPool:
             from echo2_sdk.runtime.rollout.remote.proxy import RemoteWorkerProxy
 
             self._remote_proxy_cls = ray.remote(concurrency_groups={CONTROL: 4})(RemoteWorkerProxy)
-        token_env = slot.spec.get("token_env") or "ECHO2_WORKER_TOKEN"
-        token = token_from_env(token_env).decode()
+        token = token_from_env(slot.spec.token_env).decode()
         here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
         return self._remote_proxy_cls.options(num_cpus=0, max_concurrency=4, scheduling_strategy=here).remote(
-            slot.name, endpoint=slot.spec["endpoint"], token=token,
-            max_tokens_per_s=slot.spec.get("max_tokens_per_s"), **kwargs,
-        )
+            slot.name, settings, endpoint=slot.spec.endpoint, token=token)
 
     # ---- acting on the pool scheduler's decisions ---------------------------------------------
     def slot(self, name: str) -> WorkerSlot:
@@ -278,7 +278,7 @@ class RolloutPool:
                 slot.dead = slot.dead or isinstance(exc, (ray.exceptions.RayActorError, ConnectionError))
                 out.append((slot, exc))
                 continue
-            slot.samples += sum(len(g["rollouts"]) for g in result.groups)
+            slot.samples += result.num_rollouts
             slot.tokens += result.num_tokens
             slot.generate_s += result.t_generate_s
             slot.reward_s += result.t_reward_s
@@ -300,9 +300,9 @@ class RolloutPool:
             {
                 "name": s.name,
                 "node": s.node,
-                "gpu": s.spec.get("gpu", "cpu"),
-                "max_tokens_per_s": s.spec.get("max_tokens_per_s"),
-                "usd_per_hour": s.spec.get("usd_per_hour") or 0.0,
+                "gpu": s.spec.gpu,
+                "max_tokens_per_s": s.spec.max_tokens_per_s,
+                "usd_per_hour": s.spec.usd_per_hour or 0.0,
                 "samples": s.samples,
                 "tokens": s.tokens,
                 "generate_s": round(s.generate_s, 3),

@@ -12,62 +12,45 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
-from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 import torch
 
-from echo2_sdk.adapter import Example
+from echo2_sdk.adapter import Example, MultiTurnTaskAdapter
 from echo2_sdk.chat import chat_token_ids
 from echo2_sdk.records import Rollout, RolloutGroup, group_to_wire
 from echo2_sdk.registry import make_task
 from echo2_sdk.rewards import RewardGuard
-from echo2_sdk.runtime.rollout.backends.base import SamplingParams
+from echo2_sdk.config import VLLMOptions
 from echo2_sdk.runtime.broadcast.endpoints import BroadcastReceiverMixin
-from echo2_sdk.runtime.rollout.base import GenerationResult
+from echo2_sdk.runtime.rollout.base import GenerationResult, WorkerSettings
 
 
 class RolloutWorker(BroadcastReceiverMixin):
-    def __init__(
-        self,
-        name: str,
-        *,
-        model_path: str,
-        task_name: str,
-        task_options: dict,
-        sampling: SamplingParams,
-        samples_per_prompt: int,
-        seed: int,
-        dtype: str = "float32",
-        threads: int = 1,
-        max_tokens_per_s: float | None = None,
-        model_files: Any = None,
-        reward_timeout_s: float = 5.0,
-        max_answer_chars: int = 4000,
-        backend: str = "hf",
-        device: str = "cpu",
-        vllm_options: Any = None,
-    ) -> None:
-        torch.set_num_threads(threads)
+    def __init__(self, name: str, settings: WorkerSettings, *, model_files: Any = None) -> None:
+        """``model_files``: the base model folder packed by ``models.files.pack``, for a Ray node that
+        lacks ``settings.model_path`` (it never travels to a worker outside Ray)."""
+        torch.set_num_threads(settings.threads)
         import transformers
 
         transformers.utils.logging.disable_progress_bar()
-        torch.manual_seed(seed)
+        torch.manual_seed(settings.seed)
         self.name = name
         self.node_id = current_node_id()
+        model_path = settings.model_path
         if model_files is not None:  # the base model folder lives on the learner's node only
             from echo2_sdk.runtime.models.files import materialize
 
             model_path = materialize(model_path, model_files)
-        self.sampling = sampling
-        self.n = samples_per_prompt
-        self.max_tokens_per_s = max_tokens_per_s
-        self.adapter = make_task(task_name, task_options, seed=seed)
-        self.guard = RewardGuard(
-            task_name, task_options, seed, timeout_s=reward_timeout_s, max_chars=max_answer_chars
-        )
-        self.backend, self.tokenizer = _make_backend(backend, model_path, dtype, device, seed=seed,
-                                                     vllm_options=vllm_options)
+        self.sampling = settings.sampling
+        self.n = settings.samples_per_prompt
+        self.max_tokens_per_s = settings.max_tokens_per_s
+        task_options = dict(settings.task_options)
+        self.adapter = make_task(settings.task_name, task_options, seed=settings.seed)
+        self.guard = RewardGuard(settings.task_name, task_options, settings.seed, timeout_s=settings.reward_timeout_s,
+                                 max_chars=settings.max_answer_chars)
+        self.backend, self.tokenizer = _make_backend(settings.backend, model_path, settings.dtype, settings.device,
+                                                     seed=settings.seed, vllm_options=settings.vllm_options)
         self.version = 0
         self._lock = threading.Lock()
         self._pending: tuple[dict, int] | None = None
@@ -98,7 +81,7 @@ class RolloutWorker(BroadcastReceiverMixin):
     # ---- data plane --------------------------------------------------------------------------
     def generate(self, examples: Sequence[Example]) -> GenerationResult:
         """Generate n samples for each example under the installed version; score; build groups."""
-        if self.adapter.multi_turn:
+        if isinstance(self.adapter, MultiTurnTaskAdapter):
             return self._generate_episodes(examples)
         with self._generate_lock:
             self._apply_pending()
@@ -163,8 +146,8 @@ class RolloutWorker(BroadcastReceiverMixin):
     def generate_wire(self, examples: Sequence[dict]) -> bytes:
         """What the pool calls: examples as JSON-able dicts in, the result as a JSON document out.
 
-        Nothing on the worker → learner path is pickled (``echo2_sdk.runtime.rollout.remote.codec``)."""
-        from echo2_sdk.runtime.rollout.remote.codec import example_from_dict, result_to_json
+        Nothing on the worker → learner path is pickled (``echo2_sdk.runtime.rollout.codec``)."""
+        from echo2_sdk.runtime.rollout.codec import example_from_dict, result_to_json
 
         return result_to_json(self.generate([example_from_dict(e) for e in examples]))
 
@@ -239,8 +222,8 @@ def current_node_id() -> str:
 
 
 def _make_backend(kind: str, model_path: str, dtype: str, device: str, *, seed: int = 0,
-                  vllm_options: Any = None):
-    """(backend, tokenizer) for ``rollout.backend``; ``vllm_options``: a VLLMOptions or its dict."""
+                  vllm_options: VLLMOptions | None = None):
+    """(backend, tokenizer) for ``rollout.backend``."""
     from echo2_sdk.runtime.models.modeling import TINY_MODEL_NAME, ensure_tiny_qwen3, load_policy
 
     if kind == "hf":
@@ -249,13 +232,11 @@ def _make_backend(kind: str, model_path: str, dtype: str, device: str, *, seed: 
         model, tokenizer = load_policy(model_path, dtype=dtype, device=device)
         return HFBackend(model, tokenizer, device=device), tokenizer
     if kind == "vllm":
-        from echo2_sdk.runtime.rollout.backends.vllm import VLLMBackend, VLLMOptions
+        from echo2_sdk.runtime.rollout.backends.vllm import VLLMBackend
         from echo2_sdk.runtime.models.modeling import load_tokenizer
 
         path = ensure_tiny_qwen3() if model_path == TINY_MODEL_NAME else model_path
         tokenizer = load_tokenizer(path)  # the tokenizer alone: the weights live only in the engine
-        if isinstance(vllm_options, dict):
-            vllm_options = VLLMOptions(**vllm_options)
         backend = VLLMBackend(path, tokenizer, dtype=dtype, device=device, seed=seed, options=vllm_options)
         return backend, tokenizer
     raise ValueError(f"rollout.backend={kind!r} is not a backend; use 'hf' or 'vllm'")

@@ -1,7 +1,8 @@
-"""Worker-to-learner data paths that carry no pickle: JSON results, and rollout workers outside Ray.
+"""Rollout workers outside Ray, on paths that carry no pickle.
 
-``codec``: the JSON documents a rollout worker returns (in-cluster Ray workers use them too).
 ``protocol``: framed JSON (+ raw safetensors payloads learner → worker) with mutual HMAC authentication.
 ``server``: ``echo2 worker serve``, a rollout worker on an untrusted machine that never joins Ray.
 ``proxy``: the Ray actor on the learner's node that stands in for such a worker in the pool.
+The JSON documents themselves (generate replies, worker settings) are ``echo2_sdk.runtime.rollout.codec``:
+in-cluster Ray workers reply with the same documents.
 """

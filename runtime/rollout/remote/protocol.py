@@ -25,7 +25,9 @@ PREFIX = struct.Struct("!IQ")
 MAX_HEADER_BYTES = 64 * 1024 * 1024
 """JSON headers (requests with their prompts, small replies); anything larger is refused unread."""
 MAX_PAYLOAD_BYTES = 64 * 1024**3
-PROTOCOL = "echo2-worker/1"
+PROTOCOL = "echo2-worker/2"
+"""Version 2: ``init`` carries typed worker settings (``codec.settings_to_dict``); a peer speaking another
+version is refused at the hello."""
 TOKEN_ENV = "ECHO2_WORKER_TOKEN"
 
 

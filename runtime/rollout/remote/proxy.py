@@ -9,13 +9,13 @@ the driver checks it like any worker's (``codec.result_from_json``).
 from __future__ import annotations
 
 import concurrent.futures
-import dataclasses
 import itertools
 import socket
 import threading
 
-from echo2_sdk.runtime.rollout.remote.codec import MAX_RESULT_BYTES
 from echo2_sdk.config import parse_endpoint
+from echo2_sdk.runtime.rollout.base import WorkerSettings
+from echo2_sdk.runtime.rollout.codec import MAX_RESULT_BYTES, settings_to_dict
 from echo2_sdk.runtime.rollout.remote.protocol import FramedSocket, ProtocolError, authenticate
 
 
@@ -24,8 +24,8 @@ class RemoteWorkerError(RuntimeError):
 
 
 class RemoteWorkerProxy:
-    def __init__(self, name: str, *, endpoint: str, token: str, connect_timeout_s: float = 30.0,
-                 init_timeout_s: float = 900.0, **worker_kwargs) -> None:
+    def __init__(self, name: str, settings: WorkerSettings, *, endpoint: str, token: str,
+                 connect_timeout_s: float = 30.0, init_timeout_s: float = 900.0) -> None:
         self.name, self.endpoint = name, endpoint
         host, port = parse_endpoint(endpoint)
         try:
@@ -45,9 +45,7 @@ class RemoteWorkerProxy:
         self._reader.start()
         # The remote machine loads ``model_path`` itself (a hub name, or a path that exists there): the
         # packed base-model files shipped to Ray nodes do not travel over this JSON channel.
-        worker_kwargs.pop("model_files", None)
-        kwargs = {k: dataclasses.asdict(v) if dataclasses.is_dataclass(v) else v for k, v in worker_kwargs.items()}
-        info = self._call({"op": "init", "name": name, "kwargs": kwargs}, timeout_s=init_timeout_s)
+        info = self._call({"op": "init", "name": name, "settings": settings_to_dict(settings)}, timeout_s=init_timeout_s)
         self.node_id = str(info.get("node", "")) if isinstance(info, dict) else ""
 
     # ---- the RolloutWorker surface ----------------------------------------------------------

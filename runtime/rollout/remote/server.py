@@ -72,21 +72,23 @@ class WorkerSession:
 
     # ---- operations ------------------------------------------------------------------------
     def _op_init(self, header: dict, _: bytes) -> dict:
-        from echo2_sdk.runtime.rollout.backends.base import SamplingParams
+        from echo2_sdk.runtime.rollout.codec import settings_from_dict
         from echo2_sdk.runtime.rollout.worker import RolloutWorker
 
-        kwargs = dict(header["kwargs"])
-        task = kwargs.get("task_name")
+        name = header.get("name")
+        if not isinstance(name, str) or not name:
+            raise ProtocolError(f"init: the worker name must be a non-empty string, got {name!r}")
+        settings = settings_from_dict(header.get("settings"))
+        task = settings.task_name
         if self.allowed_tasks is not None and task not in self.allowed_tasks:
             raise PermissionError(f"task {task!r} is not allowed on this worker (allowed: {sorted(self.allowed_tasks)}); "
                                   "restart `echo2 worker serve` with --task naming it")
-        kwargs["sampling"] = SamplingParams(**kwargs["sampling"])
         with self._init_lock:
             if self.worker is None:
-                self.worker = RolloutWorker(header["name"], **kwargs)
+                self.worker = RolloutWorker(name, settings)
                 import sys
 
-                self.log(f"worker {header['name']!r} ready: task {task!r}, model {kwargs.get('model_path')!r} "
+                self.log(f"worker {name!r} ready: task {task!r}, model {settings.model_path!r} "
                          f"(Ray loaded in this process: {'ray' in sys.modules})")
         return {"name": self.worker.name, "node": getattr(self.worker, "node_id", socket.gethostname())}
 

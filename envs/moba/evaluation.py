@@ -5,9 +5,9 @@ mirror-symmetric and the game's randomness follows the seed, so side and luck ca
 played by :func:`play_game` on the rules engine directly; ``llm:PATH`` players render the same text
 observations the env gives the agent. A win is the foe base falling (a timeout counts as not a
 win: ``draw_rate`` reports them); the reward is the env's shaped return for the agent's hero
-(:mod:`echo2_sdk.envs.moba`'s table). CIs: normal approximation, 1.96 standard errors.
+(:mod:`echo2_sdk.envs.moba.env`'s table). CIs: normal approximation, 1.96 standard errors.
 
-    python -m echo2_sdk.envs.moba_eval --agent rule:farmer --opponents rule:pusher,rule:random --episodes 200
+    python -m echo2_sdk.envs.moba.evaluation --agent rule:farmer --opponents rule:pusher,rule:random --episodes 200
 """
 
 from __future__ import annotations
@@ -21,10 +21,11 @@ import time
 from typing import Any, Callable, Mapping, Sequence
 
 from echo2_sdk.env import Policy
-from echo2_sdk.envs.moba import MobaConfig
-from echo2_sdk.envs.moba_game import Game
-from echo2_sdk.envs.moba_players import make_player
-from echo2_sdk.envs.moba_text import parse, system_prompt
+from echo2_sdk.evaluation import HeadToHead
+from echo2_sdk.envs.moba.env import MobaConfig
+from echo2_sdk.envs.moba.game import Game
+from echo2_sdk.envs.moba.players import make_player
+from echo2_sdk.envs.moba.text import parse, system_prompt
 
 
 def play_game(config: MobaConfig, players: Sequence[Any], seed: int | str) -> dict[str, Any]:
@@ -138,24 +139,31 @@ def parse_player_list(text: str) -> list[str]:
     return specs
 
 
+def _add_game_arguments(parser: argparse.ArgumentParser) -> None:
+    """The game of ``echo2 eval --task moba``."""
+    parser.add_argument("--team-size", type=int, default=1, help="heroes per team: 1 (1v1, default) or 2 (2v2)")
+
+
 def eval_from_args(args: argparse.Namespace, llm_policy_factory: Callable[[str], Policy] | None = None) -> str:
-    """``echo2 eval --task moba``: uses ``agents``, ``opponents``, ``episodes``, ``seed``, ``json``."""
-    episodes = getattr(args, "episodes", None) or 200
-    config = MobaConfig(team_size=getattr(args, "team_size", None) or 1)
-    result = run_eval(parse_player_list(args.agents), parse_player_list(args.opponents), episodes, args.seed,
+    """``echo2 eval --task moba``: the table of :func:`run_eval` for the parsed arguments."""
+    config = MobaConfig(team_size=args.team_size)
+    result = run_eval(parse_player_list(args.agents), parse_player_list(args.opponents), args.episodes, args.seed,
                       config=config, llm_policy_factory=llm_policy_factory)
     return json.dumps(result, indent=2) if args.json else render_table(result)
 
 
+HEAD_TO_HEAD = HeadToHead(
+    run=eval_from_args, default_agents="rule:farmer", default_opponents="rule:farmer,rule:pusher,rule:random",
+    games_arg="episodes", default_games=200, games_help="games per agent/opponent cell, half on each side",
+    add_arguments=_add_game_arguments,
+    description="MOBA: duplicate games (each seed from both sides); cells report the win rate and mean reward "
+                "with 95% CIs (a timeout is not a win). Rule players: rule:farmer|pusher|random.",
+)
+"""What ``echo2 eval --task moba`` runs (the moba task's ``head_to_head()`` returns it)."""
+
+
 def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--agent", "--agents", dest="agents", default="rule:farmer")
-    parser.add_argument("--opponents", default="rule:pusher,rule:random")
-    parser.add_argument("--episodes", type=int, default=200)
-    parser.add_argument("--team-size", type=int, default=1)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--json", action="store_true")
-    print(eval_from_args(parser.parse_args(argv)))
+    HEAD_TO_HEAD.main(argv)
 
 
 if __name__ == "__main__":

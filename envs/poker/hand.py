@@ -11,7 +11,7 @@ this module adds what a text environment needs around it:
 - **table seats vs. pokerkit players**: pokerkit numbers players by position (heads-up: player 0
   is the big blind, player 1 the small blind/button; 3+ seats: 0 = SB, 1 = BB, last = button),
   while a seat keeps its number as the button moves (``seat = (button + 1 + player) % seats``);
-- validated **text actions** (:mod:`echo2_sdk.envs.poker_actions`) with pokerkit's reasons;
+- validated **text actions** (:mod:`echo2_sdk.envs.poker.actions`) with pokerkit's reasons;
 - the per-seat :class:`SeatView` and a hand history for observations and statistics.
 """
 
@@ -24,7 +24,7 @@ from typing import Callable, Protocol, Sequence, TypeVar
 
 from pokerkit import Automation, Card, Deck, HoleCardsShowingOrMucking, Mode, NoLimitTexasHoldem
 
-from echo2_sdk.envs.poker_actions import LegalActions, ParsedAction, parse_action
+from echo2_sdk.envs.poker.actions import LegalActions, ParsedAction, parse_action
 
 # Everything but dealing and showdown is automated: dealing is driven here from the seeded deck, and
 # every showdown hand is shown (pokerkit's automatic show-or-muck asks "can this hand still win?",

@@ -12,7 +12,7 @@ ASCII. Example (heads-up, flop)::
 
 from __future__ import annotations
 
-from echo2_sdk.envs.poker_hand import STREETS, SeatView, TableConfig, card_text
+from echo2_sdk.envs.poker.hand import STREETS, SeatView, TableConfig, card_text
 
 
 def system_prompt(config: TableConfig, hands_per_episode: int = 1) -> str:

@@ -1,7 +1,7 @@
-"""``MobaEnv``: a one-lane MOBA as a text environment (rules in :mod:`echo2_sdk.envs.moba_game`).
+"""``MobaEnv``: a one-lane MOBA as a text environment (rules in :mod:`echo2_sdk.envs.moba.game`).
 
 The agent plays hero 0 of team 0 through ``step(action_text)``; the other heroes (the foe in 1v1,
-an ally and two foes in 2v2) are players from :mod:`echo2_sdk.envs.moba_players` (``rule:farmer``,
+an ally and two foes in 2v2) are players from :mod:`echo2_sdk.envs.moba.players` (``rule:farmer``,
 ``rule:pusher``, ``rule:random`` or ``llm:NAME``). One ``step`` = one game tick: every living hero
 decides on the same state, then the tick resolves (random initiative among heroes). While the
 agent's hero is dead the env plays the ticks itself (the agent is not asked to ``hold``).
@@ -60,10 +60,10 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from echo2_sdk.env import Policy, TextEnv, sanitize_text
-from echo2_sdk.envs.moba_game import Game, Rules
-from echo2_sdk.envs.moba_players import make_player
+from echo2_sdk.envs.moba.game import Game, Rules
+from echo2_sdk.envs.moba.players import make_player
+from echo2_sdk.envs.moba.text import action_text, legal_texts, parse, render, system_prompt
 from echo2_sdk.envs.seats import build_config
-from echo2_sdk.envs.moba_text import action_text, legal_texts, parse, render, system_prompt
 
 
 @dataclass(frozen=True)

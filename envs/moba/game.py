@@ -1,7 +1,7 @@
 """The MOBA rules engine: one lane, two teams of heroes, creep waves, towers and bases.
 
 Pure game logic, no text: :class:`Game` holds the state and resolves one *tick* from one action per
-living hero (:meth:`Game.tick_once`); :mod:`echo2_sdk.envs.moba_text` renders and parses text.
+living hero (:meth:`Game.tick_once`); :mod:`echo2_sdk.envs.moba.text` renders and parses text.
 Everything random (the heroes' initiative order each tick, damage rolls) comes from one
 ``random.Random`` seeded with ``"{seed}:game"``, so a game is replayable from its seed and actions.
 

@@ -1,7 +1,7 @@
 """``PokerEnv``: No-Limit Texas Hold'em as a text environment, pokerkit underneath.
 
 One seat (``agent_seat``) is played through ``step(action_text)``; the other seats are players
-from :mod:`echo2_sdk.envs.poker_players` (rule-based styles or LLM policies). Heads-up by default,
+from :mod:`echo2_sdk.envs.poker.players` (rule-based styles or LLM policies). Heads-up by default,
 up to 6 seats; integer chips; stacks reset every hand; the button moves one seat per hand.
 
 Episode: ``hands_per_episode`` hands *in which the agent acts*. A hand the agent never acts in (a
@@ -29,12 +29,12 @@ from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 from echo2_sdk.env import Policy, TextEnv, sanitize_text
-from echo2_sdk.envs.poker_actions import parse_action
-from echo2_sdk.envs.poker_hand import Hand, Player, TableConfig, describe_result, take_turn
-from echo2_sdk.envs.poker_players import make_player
+from echo2_sdk.envs.poker.actions import parse_action
+from echo2_sdk.envs.poker.hand import Hand, Player, TableConfig, describe_result, take_turn
+from echo2_sdk.envs.poker.players import make_player
+from echo2_sdk.envs.poker.strength import hand_bucket
+from echo2_sdk.envs.poker.text import render_observation, system_prompt
 from echo2_sdk.envs.seats import build_config
-from echo2_sdk.envs.poker_strength import hand_bucket
-from echo2_sdk.envs.poker_text import render_observation, system_prompt
 
 # A hand lasts at most a few dozen decisions; this only stops a runaway loop of walks.
 _MAX_WALKS_IN_A_ROW = 100

@@ -1,4 +1,4 @@
-"""MOBA text: observations, the system prompt, action texts and parsing (see :mod:`echo2_sdk.envs.moba`).
+"""MOBA text: observations, the system prompt, action texts and parsing (see :mod:`echo2_sdk.envs.moba.env`).
 
 Observations are terse on purpose (a char-level tokenizer pays one token per character); every
 hero sees the lane from its own side (its base at cell 0). Action texts are at most 11 characters
@@ -10,7 +10,7 @@ from __future__ import annotations
 import difflib
 import re
 
-from echo2_sdk.envs.moba_game import (BLADE_COST, BLADE_DMG, CREEP_GOLD, HERO_GOLD, HEAL_HP, SIGHT,
+from echo2_sdk.envs.moba.game import (BLADE_COST, BLADE_DMG, CREEP_GOLD, HERO_GOLD, HEAL_HP, SIGHT,
                                       STRIKE_DMG, TOWER_DMG, TOWER_RANGE, Action, Game, Hero, Rules,
                                       Unit)
 

@@ -26,9 +26,9 @@ import random
 from typing import Any, Callable, Mapping
 
 from echo2_sdk.env import Policy
+from echo2_sdk.envs.moba.game import ABILITIES, BLADE_COST, SIGHT, STRIKE_DMG, STRIKE_LEVEL_DMG, TOWER_RANGE, Game, Hero
+from echo2_sdk.envs.moba.text import action_text, render
 from echo2_sdk.envs.seats import ChatSeat, llm_policy, rule_style
-from echo2_sdk.envs.moba_game import ABILITIES, BLADE_COST, SIGHT, STRIKE_DMG, STRIKE_LEVEL_DMG, TOWER_RANGE, Game, Hero
-from echo2_sdk.envs.moba_text import action_text, render
 
 
 class RuleBot:

@@ -14,7 +14,7 @@ against an opponent that never bets, e.g. the calling station) and AFq (postflop
 
 CLI (rule-based players; the echo2 CLI adds ``llm:PATH`` through ``llm_policy_factory``)::
 
-    python -m echo2_sdk.envs.poker_eval --agents rule:tag,rule:lag --opponents rule:calling,rule:tag --hands 2000
+    python -m echo2_sdk.envs.poker.evaluation --agents rule:tag,rule:lag --opponents rule:calling,rule:tag --hands 2000
 """
 
 from __future__ import annotations
@@ -28,8 +28,9 @@ import time
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from echo2_sdk.env import Policy
-from echo2_sdk.envs.poker_hand import HandRecord, TableConfig, play_hand
-from echo2_sdk.envs.poker_players import make_player
+from echo2_sdk.evaluation import HeadToHead
+from echo2_sdk.envs.poker.hand import HandRecord, TableConfig, play_hand
+from echo2_sdk.envs.poker.players import make_player
 
 PlayerSpec = Any  # "rule:NAME" | "llm:NAME" | Player | policy callable
 
@@ -200,32 +201,41 @@ def _pooled_style(styles: list[dict[str, Any]]) -> str:
     return f"{vpip:.2f} | {pfr:.2f} | {af} | {afq}"
 
 
-def add_eval_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    """Arguments of ``echo2 eval --task poker`` (the caller maps ``llm:PATH`` to policies)."""
-    parser.add_argument("--agent", "--agents", dest="agents", default="rule:tag",
-                        help="comma-separated agent specs (rule:NAME, llm:PATH)")
-    parser.add_argument("--opponents", default="rule:calling,rule:tag,rule:lag",
-                        help="comma-separated opponent specs")
-    parser.add_argument("--hands", type=int, default=2000, help="hands per agent/opponent cell")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--seats", type=int, default=2)
-    parser.add_argument("--blinds", default="5/10", help="small/big blind, e.g. 5/10")
-    parser.add_argument("--stack", type=int, default=1000)
-    parser.add_argument("--json", action="store_true", help="print the table as JSON")
-    return parser
+def _add_table_arguments(parser: argparse.ArgumentParser) -> None:
+    """The table of ``echo2 eval --task poker``."""
+    parser.add_argument("--seats", type=int, default=2, help="players at the table (default 2: heads-up)")
+    parser.add_argument("--blinds", default="5/10", help="small/big blind in chips (default 5/10)")
+    parser.add_argument("--stack", type=int, default=1000, help="chips per seat at the start of every hand (default 1000)")
+
+
+def _table(args: argparse.Namespace) -> TableConfig:
+    small, _, big = args.blinds.partition("/")
+    try:
+        blinds = int(small), int(big or small)
+    except ValueError:
+        raise ValueError(f"--blinds {args.blinds!r}: give the small/big blind in whole chips, e.g. 5/10") from None
+    return TableConfig(args.seats, *blinds, args.stack)
 
 
 def eval_from_args(args: argparse.Namespace, llm_policy_factory: Callable[[str], Policy] | None = None) -> str:
-    small, _, big = args.blinds.partition("/")
-    table = TableConfig(args.seats, int(small), int(big or small), args.stack)
+    """``echo2 eval --task poker``: the table of :func:`run_eval` for the parsed arguments."""
     result = run_eval(parse_player_list(args.agents), parse_player_list(args.opponents), args.hands, args.seed,
-                      table=table, llm_policy_factory=llm_policy_factory)
+                      table=_table(args), llm_policy_factory=llm_policy_factory)
     return json.dumps(result, indent=2, default=str) if args.json else render_table(result)
 
 
+HEAD_TO_HEAD = HeadToHead(
+    run=eval_from_args, default_agents="rule:tag", default_opponents="rule:calling,rule:tag,rule:lag",
+    games_arg="hands", default_games=2000, games_help="hands per agent/opponent cell",
+    add_arguments=_add_table_arguments,
+    description="Poker: duplicate deals (every deal from every seat); cells report chips won per 100 big "
+                "blinds with 95% CIs and the agent's VPIP/PFR/AF. Rule players: rule:calling|tag|lag|random.",
+)
+"""What ``echo2 eval --task poker`` runs (the poker task's ``head_to_head()`` returns it)."""
+
+
 def main(argv: Sequence[str] | None = None) -> None:
-    parser = add_eval_arguments(argparse.ArgumentParser(description=__doc__.split("\n")[0]))
-    print(eval_from_args(parser.parse_args(argv)))
+    HEAD_TO_HEAD.main(argv)
 
 
 if __name__ == "__main__":
