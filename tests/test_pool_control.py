@@ -283,9 +283,11 @@ def test_killed_worker_is_replaced_within_the_window_and_the_log_says_why(tmp_pa
         "train.steps=14", "train.prompts_per_step=4", "rollout.samples_per_prompt=4",
         "rollout.prompts_per_request=2", "rollout.max_new_tokens=4", "train.eval_max_examples=4",
         "train.checkpoint_every=0", "train.plots=false", "broadcast.transport=object_store",
-        # priors: μ_target = 1.1 · 2·16/(2·1 s) = 17.6/s, so the cheapest worker alone is the initial plan
-        "rollout.workers=[{name: a, rollouts_per_s: 100, usd_per_hour: 0.1}, {name: b, rollouts_per_s: 100, usd_per_hour: 0.2},"
-        " {name: c, rollouts_per_s: 100, usd_per_hour: 0.3}, {name: d, rollouts_per_s: 100, usd_per_hour: 0.4}]",
+        # priors: μ_target = 1.1 · 2·16/(2·1 s) = 17.6/s, so the cheapest worker alone is the initial plan. The
+        # measured T_train (~0.1 s) raises μ_target to ~200/s by the time a is killed: priors of 1,000/s keep the
+        # replacement one worker (at 100/s two were started at once, and the faster one could do all the work).
+        "rollout.workers=[{name: a, rollouts_per_s: 1000, usd_per_hour: 0.1}, {name: b, rollouts_per_s: 1000, usd_per_hour: 0.2},"
+        " {name: c, rollouts_per_s: 1000, usd_per_hour: 0.3}, {name: d, rollouts_per_s: 1000, usd_per_hour: 0.4}]",
         "scheduler.enabled=true", "scheduler.t_train_estimate_s=1.0", f"scheduler.heartbeat_interval_s={interval}",
         f"scheduler.heartbeat_timeout_s={timeout}", "scheduler.sustain_s=1000", "scheduler.prices={A100: 1.6}",
     ])

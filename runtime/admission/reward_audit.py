@@ -15,7 +15,7 @@ import random
 from collections import Counter
 from typing import Callable, Sequence
 
-from echo2_sdk.adapter import Example, MultiTurnTaskAdapter, TaskAdapter
+from echo2_sdk.adapter import BaseTaskAdapter, Example, MultiTurnTaskAdapter
 from echo2_sdk.config import WorkerSpec
 from echo2_sdk.records import RolloutGroup
 
@@ -23,7 +23,7 @@ REWARD_ATOL = 1e-6
 
 
 class RewardAudit:
-    def __init__(self, adapter: TaskAdapter, tokenizer, guard_factory: Callable[[], object], *, fraction: float,
+    def __init__(self, adapter: BaseTaskAdapter, tokenizer, guard_factory: Callable[[], object], *, fraction: float,
                  audited: set[str], evict_after: int, seed: int, log: Callable[[str], None] = print) -> None:
         """``audited``: names of the workers whose rewards are checked; ``guard_factory`` builds the
         ``RewardGuard`` on first use (no child process when nothing is ever audited)."""

@@ -9,7 +9,7 @@ import dataclasses
 from collections import Counter
 from typing import Iterable
 
-from echo2_sdk.adapter import MultiTurnTaskAdapter, TaskAdapter
+from echo2_sdk.adapter import BaseTaskAdapter, MultiTurnTaskAdapter
 from echo2_sdk.checks import render_prompt_ids
 from echo2_sdk.evaluation import avg_at_k
 from echo2_sdk.rewards import RewardGuard, score_directly
@@ -17,7 +17,7 @@ from echo2_sdk.runtime.rollout.backends.base import FINISH_LENGTH, GenerationBac
 
 
 def evaluate(
-    adapter: TaskAdapter,
+    adapter: BaseTaskAdapter,
     backend: GenerationBackend,
     tokenizer,
     *,

@@ -11,7 +11,7 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 
-from echo2_sdk.adapter import TaskAdapter
+from echo2_sdk.adapter import BaseTaskAdapter
 from echo2_sdk.config import ConfigError, Echo2Config, WorkerSpec, resolve_workers
 from echo2_sdk.runtime.driver.rundir import RunDir
 from echo2_sdk.runtime.rollout.backends.base import SamplingParams
@@ -49,7 +49,7 @@ def learner_device(cfg: Echo2Config) -> str:
 
 
 def prepare_base_model(
-    cfg: Echo2Config, adapter: TaskAdapter, run: RunDir, log: Callable[[str], None]
+    cfg: Echo2Config, adapter: BaseTaskAdapter, run: RunDir, log: Callable[[str], None]
 ) -> str:
     """Path of the RL base policy: the configured model, optionally after a supervised warm start.
 

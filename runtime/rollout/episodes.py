@@ -27,7 +27,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from echo2_sdk.adapter import Example, MultiTurnTaskAdapter, TaskAdapter
+from echo2_sdk.adapter import BaseTaskAdapter, Example, MultiTurnTaskAdapter
 from echo2_sdk.records import RecordLimits, Rollout, RolloutGroup
 from echo2_sdk.runtime.rollout.backends.base import GenerationBackend, SamplingParams
 
@@ -50,7 +50,7 @@ class EpisodeBatch:
 
 
 def run_episodes(
-    adapter: TaskAdapter,
+    adapter: BaseTaskAdapter,
     backend: GenerationBackend,
     tokenizer,
     examples: Sequence[Example],
@@ -156,7 +156,7 @@ def summarize_rollouts(rollouts: Sequence[Rollout]) -> dict[str, Any]:
     }
 
 
-def evaluate_episodes(adapter: TaskAdapter, backend: GenerationBackend, tokenizer, examples: Sequence[Example],
+def evaluate_episodes(adapter: BaseTaskAdapter, backend: GenerationBackend, tokenizer, examples: Sequence[Example],
                       *, k: int, params: SamplingParams, batch_size: int = 64) -> tuple[list[list[float]], dict]:
     """Held-out play: ``k`` episodes per example, ``batch_size`` examples per lock-step batch.
 
@@ -175,7 +175,7 @@ def evaluate_episodes(adapter: TaskAdapter, backend: GenerationBackend, tokenize
     return returns, summarize_rollouts(records)
 
 
-def ensure_llm_opponents(adapter: TaskAdapter) -> None:
+def ensure_llm_opponents(adapter: BaseTaskAdapter) -> None:
     """Give an adapter with ``llm:PATH`` seats (``llm_policy_factory is None``) the checkpoint loader."""
     if hasattr(adapter, "llm_policy_factory") and adapter.llm_policy_factory is None:
         from echo2_sdk.runtime.rollout.chat_policy import cached_chat_policy
