@@ -1,6 +1,7 @@
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -48,3 +49,16 @@ def test_aime24_on_cpu_stops_at_once_pointing_to_the_quickstart():
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2
     assert "needs 1 GPU" in proc.stderr and "examples/quickstart.yaml" in proc.stderr
+
+
+@pytest.mark.parametrize("key, value, message", [
+    ("algo.loss", "grp", "unknown policy loss 'grp'. Did you mean 'grpo'?"),
+    ("algo.advantage", "dr_grp", "Did you mean 'dr_grpo'?"),
+])
+def test_train_rejects_an_unknown_algorithm_before_the_warm_start(tmp_path, capsys, key, value, message):
+    run_dir = tmp_path / "run"
+    quickstart = str(Path(__file__).resolve().parent.parent / "examples" / "quickstart.yaml")
+    assert main(["train", "--config", quickstart, "--set", f"{key}={value}",
+                 "--run-dir", str(run_dir)]) == 2
+    assert message in capsys.readouterr().err
+    assert not (run_dir / "base_model").exists()  # failed before the warm start wrote anything

@@ -15,6 +15,7 @@ from typing import Any, Callable, Sequence
 import ray
 import yaml
 
+from echo2_sdk.algos import get_advantage, get_policy_loss
 from echo2_sdk.config import Echo2Config, WorkerSpec, resolve_kappa, to_dict
 from echo2_sdk.records import RecordLimits, RolloutGroup
 from echo2_sdk.registry import make_task
@@ -42,6 +43,9 @@ class Trainer:
         self.run = RunDir(run_dir, cfg)  # also starts the train.report_to trackers
         (self.run.path / "config.yaml").write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
         self.adapter = make_task(cfg.task.name, cfg.task.options, seed=cfg.train.seed)
+        # Names resolve after the task module is imported (it may register its own); a typo fails here,
+        # before the warm start, with the closest registered name.
+        get_policy_loss(cfg.algo.loss), get_advantage(cfg.algo.advantage)
         self.sync = cfg.runtime.mode == "sync"
         self.kappa = 1 if self.sync else resolve_kappa(cfg.runtime.staleness, cfg.runtime.kappa)
         self.staleness = 0 if self.sync else cfg.runtime.staleness
