@@ -227,7 +227,12 @@ def group_to_wire(group: RolloutGroup) -> dict:
 
 
 def group_from_wire(data: Any) -> RolloutGroup:
-    """Rebuild a group from :func:`group_to_wire` output; ValueError says what is malformed."""
+    """Rebuild a group from :func:`group_to_wire` output; ValueError says what is malformed.
+
+    JSON can carry any type anywhere: the fields later code compares, orders or hashes (token ids,
+    log-probs, versions, prompt keys, group tags) must have the types records need, or the group is
+    refused here rather than raising there. A missing optional field (None) is left to
+    :func:`validate_group`, which names it."""
     try:
         rollouts = tuple(
             Rollout(
@@ -242,7 +247,39 @@ def group_from_wire(data: Any) -> RolloutGroup:
             )
             for r in data["rollouts"]
         )
-        return RolloutGroup(data["prompt_key"], data["version"], rollouts,
-                            worker_id=data.get("worker_id", ""), t_generated=data.get("t_generated", 0.0))
+        group = RolloutGroup(data["prompt_key"], data["version"], rollouts,
+                             worker_id=data.get("worker_id", ""), t_generated=data.get("t_generated", 0.0))
     except (KeyError, TypeError, AttributeError) as exc:
         raise ValueError(f"malformed group on the wire: {type(exc).__name__}: {exc}") from None
+    wrong = _mistyped_field(group)
+    if wrong is not None:
+        raise ValueError(f"malformed group on the wire: {wrong} has the wrong JSON type")
+    return group
+
+
+def _mistyped_field(group: RolloutGroup) -> str | None:
+    """The first field whose JSON type records cannot hold, or None."""
+    if not isinstance(group.prompt_key, str):
+        return "prompt_key"
+    if not _is_int(group.version):
+        return "version"
+    for r in group.rollouts:
+        for name, ok in (("key", isinstance(r.prompt_key, (str, type(None)))),
+                         ("group", isinstance(r.omega.group, (str, type(None)))),
+                         ("x", _all_of(r.prompt_ids, _is_int)), ("y", _all_of(r.completion_ids, _is_int)),
+                         ("logprobs", _all_of(r.sampler_logprobs, _is_number))):
+            if not ok:
+                return f"a rollout's {name!r}"
+    return None
+
+
+def _all_of(values: Any, check) -> bool:
+    return values is None or (isinstance(values, (list, tuple)) and all(check(v) for v in values))
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)

@@ -65,12 +65,9 @@ class AdmissionGate:
     def _checked(self, worker: str, wire: dict, newest_version: int) -> RolloutGroup | None:
         """The group with its valid records, or None when a check refused it (and counted why)."""
         try:
-            group = group_from_wire(wire)
+            group = group_from_wire(wire)  # also refuses fields of the wrong JSON type
         except ValueError:
-            self._refuse(MALFORMED, 1)  # its samples cannot even be counted
-            return None
-        if not _well_typed(group):
-            self._refuse(MALFORMED, max(1, len(group.rollouts)))
+            self._refuse(MALFORMED, _samples_in(wire))
             return None
         if group.worker_id != worker or any(r.meta.get("worker") != worker for r in group.rollouts):
             self._refuse(WRONG_WORKER, len(group.rollouts))
@@ -93,32 +90,7 @@ class AdmissionGate:
         self.counters.dropped_stale_by_worker[group.worker_id] += len(group.rollouts)
 
 
-def _well_typed(group: RolloutGroup) -> bool:
-    """Whether the fields that later code compares, orders or hashes have the types records need.
-
-    JSON can carry any type anywhere; validation compares token ids and log-probs as numbers, the buffer
-    orders groups by version, training hashes prompt keys and advantage-group tags. A wrong type there
-    must be refused here rather than raise there. A missing field (None) is left to validation, which
-    names it."""
-    if not (isinstance(group.prompt_key, str) and _is_int(group.version)):
-        return False
-    return all(
-        isinstance(r.prompt_key, (str, type(None)))
-        and isinstance(r.omega.group, (str, type(None)))
-        and _all_of(r.prompt_ids, _is_int)
-        and _all_of(r.completion_ids, _is_int)
-        and _all_of(r.sampler_logprobs, _is_number)
-        for r in group.rollouts
-    )
-
-
-def _all_of(values: tuple | None, check) -> bool:
-    return values is None or all(check(v) for v in values)
-
-
-def _is_number(value: object) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
+def _samples_in(wire: object) -> int:
+    """How many samples a refused wire group claims to hold (1 when it cannot even be counted)."""
+    rollouts = wire.get("rollouts") if isinstance(wire, dict) else None
+    return len(rollouts) if isinstance(rollouts, list) and rollouts else 1

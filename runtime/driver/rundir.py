@@ -39,16 +39,18 @@ class RunDir:
         self.trackers: list[Tracker] = build_trackers(cfg, self.path) if cfg is not None else []
 
     def append_metrics(self, row: dict[str, Any]) -> None:
-        row = _jsonable(row)
-        with open(self.metrics_path, "a") as fh:
-            fh.write(json.dumps(row) + "\n")
+        """One learner step: a line of metrics.jsonl, and the same values to every tracker."""
+        row = self.append_jsonl(self.metrics_path.name, row)
         for tracker in self.trackers:
             tracker.log_step(row)
 
-    def append_jsonl(self, name: str, row: dict[str, Any]) -> None:
-        """Append one JSON line to ``name`` in the run directory (event logs next to metrics.jsonl)."""
+    def append_jsonl(self, name: str, row: dict[str, Any]) -> dict[str, Any]:
+        """Append one JSON line to ``name`` in the run directory (event logs next to metrics.jsonl);
+        returns the row as written (non-finite floats as null)."""
+        row = _jsonable(row)
         with open(self.path / name, "a") as fh:
-            fh.write(json.dumps(_jsonable(row)) + "\n")
+            fh.write(json.dumps(row) + "\n")
+        return row
 
     def read_metrics(self) -> list[dict[str, Any]]:
         if not self.metrics_path.exists():
