@@ -140,8 +140,13 @@ class WandbTracker:
 
     def close(self) -> None:
         if self.run is not None:
+            import wandb
+
             self.run.finish()
             self.run = None
+            # finish() can return before the service has written the run file (measured: 2 of 8 offline runs
+            # left only its 7-byte header); teardown waits for it, so `wandb sync` right after sees every row.
+            wandb.teardown()
 
 
 def build_trackers(cfg: Echo2Config, run_dir: str | os.PathLike) -> list[Tracker]:
