@@ -330,6 +330,28 @@ def aggregate(values: Tensor, mask: Tensor, loss_agg: str) -> Tensor:
     raise ValueError(f"loss_agg={loss_agg!r} is not supported; use one of {LOSS_AGGREGATIONS}")
 
 
+LOSS_LIKE_METRICS = ("pg_loss", "kl")
+"""Loss metrics aggregated like the loss; a policy loss's other metrics are token statistics (means over
+kept tokens), or maxima when their name ends in ``_max``. The learner combines micro-batches by these rules."""
+
+
+def aggregation_units(mask: Tensor, loss_agg: str) -> Tensor:
+    """What :func:`aggregate` divides by: kept tokens (``token-mean``) or sequences with a kept token.
+
+    A loss aggregated this way splits exactly into micro-batches: the whole batch's loss is the sum of
+    each part's loss times its units over the whole batch's units.
+
+    >>> m = torch.tensor([[1., 1., 0.], [0., 0., 0.], [1., 0., 0.]])
+    >>> int(aggregation_units(m, "token-mean")), int(aggregation_units(m, "seq-mean-token-mean"))
+    (3, 2)
+    """
+    if loss_agg == "token-mean":
+        return mask.sum()
+    if loss_agg == "seq-mean-token-mean":
+        return (mask.sum(dim=-1) > 0).sum().to(mask.dtype)
+    raise ValueError(f"loss_agg={loss_agg!r} is not supported; use one of {LOSS_AGGREGATIONS}")
+
+
 def _check_inputs(
     logprobs, old_logprobs, sampler_logprobs, advantages, loss_mask, ref_logprobs,
     clip_eps_low, clip_eps_high, tis_cap, kl_coef, loss_agg,

@@ -20,6 +20,7 @@ from echo2_sdk.config_loader import (  # re-exported: the public config API live
     load_yaml,
     to_dict,
 )
+from echo2_sdk.learner_config import LearnerConfig
 from echo2_sdk.rollout_config import (  # re-exported: every config section is importable from here
     RolloutConfig,
     VLLMOptions,
@@ -40,7 +41,7 @@ __all__ = [
     "Echo2Config", "ConfigError", "build_dataclass", "load_config", "to_dict", "resolve_kappa", "replace",
     # the sections
     "TaskConfig", "ModelConfig", "TinyModelConfig", "WarmStartConfig", "RolloutConfig", "VLLMOptions", "WorkerSpec",
-    "AlgoConfig", "RuntimeConfig", "BroadcastConfig", "TrainConfig", "PoolSchedulerConfig",
+    "AlgoConfig", "LearnerConfig", "RuntimeConfig", "BroadcastConfig", "TrainConfig", "PoolSchedulerConfig",
     # the workers
     "resolve_workers", "load_pool_file", "parse_endpoint",
 ]
@@ -85,7 +86,8 @@ class ModelConfig:
     name: str = "tiny-qwen3"
     """``tiny-qwen3`` (built offline, random init, cached) or any Hugging Face causal LM name or path."""
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
-    """Parameter dtype of learner and rollout models."""
+    """dtype of the rollout workers' weights and of the snapshots they receive. The learner keeps its own
+    master dtype (``learner.precision``): ``bfloat16`` here no longer means a bf16 optimizer."""
     tiny: TinyModelConfig = field(default_factory=TinyModelConfig)
     """Size of the tiny model."""
     warm_start: WarmStartConfig = field(default_factory=WarmStartConfig)
@@ -250,6 +252,8 @@ class Echo2Config:
     """Rollout plane: workers and sampling."""
     algo: AlgoConfig = field(default_factory=AlgoConfig)
     """Learning plane: loss and optimizer."""
+    learner: LearnerConfig = field(default_factory=LearnerConfig)
+    """Learning plane: ranks (FSDP2), token-budget micro-batches, precision, activation checkpointing."""
     runtime: RuntimeConfig = field(default_factory=RuntimeConfig)
     """Async/sync runtime, staleness, Ray."""
     broadcast: BroadcastConfig = field(default_factory=BroadcastConfig)

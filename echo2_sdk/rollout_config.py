@@ -27,6 +27,24 @@ def check_resources_map(resources: dict, path: str) -> None:
             raise ConfigError(f"{path}: {name}={amount!r} must be a number > 0, e.g. {{{name}: 1}}")
 
 
+# Characters per generated token that the limit ``rollout.max_answer_chars: null`` allows. Decoded text
+# averages ~3-5 characters per token (English, LaTeX, code); 16 leaves a wide margin even for completions
+# dense in long whitespace/digit/punctuation-run tokens, so every realistic completion that fits in
+# max_new_tokens is scored. (Single vocabulary entries can be longer, but only a degenerate completion
+# made mostly of them could exceed 16 on average.) The limit exists only to bound verifier cost on
+# hostile or huge text (e.g. an untrusted worker's replies), never to judge an answer by its length.
+CHARS_PER_TOKEN_BOUND = 16
+
+
+def answer_char_limit(max_answer_chars: int | None, max_new_tokens: int) -> int:
+    """The completion length, in characters, above which a reward is not computed (status ``oversize``).
+
+    ``max_answer_chars`` when set, else ``max_new_tokens × CHARS_PER_TOKEN_BOUND``. The one rule every
+    scoring path uses: rollout workers, the learner's reward audit and held-out evaluation.
+    """
+    if max_answer_chars is not None:
+        return max_answer_chars
+    return max_new_tokens * CHARS_PER_TOKEN_BOUND
 
 
 @dataclass(frozen=True)
@@ -131,8 +149,10 @@ class RolloutConfig:
     """Engine options when ``backend`` is ``vllm``."""
     reward_timeout_s: float = 5.0
     """Deadline of one reward computation; a hang or crash scores 0 and is counted."""
-    max_answer_chars: int = 4000
-    """Completions longer than this score 0 without calling the reward."""
+    max_answer_chars: int | None = None
+    """Completions longer than this many characters score 0 (``oversize``) without calling the reward;
+    null (the default): ``max_new_tokens`` × 16, room for any realistic completion of that many tokens
+    (:func:`answer_char_limit`; held-out evaluation follows ``train.eval_max_new_tokens`` when larger)."""
     logprob_tolerance: float | None = 0.1
     """Flag a worker whose sampler log-probs differ from the learner's recomputation by more than this
     mean |Δ log-prob| per token on the same snapshot (staleness-0 samples); null: report, never flag."""
@@ -165,8 +185,16 @@ class RolloutConfig:
                               "(0 disables the audit)")
         if self.reward_audit_evict_after < 0:
             raise ConfigError(f"rollout.reward_audit_evict_after={self.reward_audit_evict_after} must be >= 0 (0: never)")
+        if self.max_answer_chars is not None and self.max_answer_chars < 1:
+            raise ConfigError(f"rollout.max_answer_chars={self.max_answer_chars} must be >= 1 (characters), "
+                              "or null to follow max_new_tokens")
         if self.logprob_check_min_tokens < 1:
             raise ConfigError(f"rollout.logprob_check_min_tokens={self.logprob_check_min_tokens} must be >= 1, e.g. 64")
+
+    @property
+    def effective_max_answer_chars(self) -> int:
+        """The ``max_answer_chars`` rollout scoring applies: this one resolved by :func:`answer_char_limit`."""
+        return answer_char_limit(self.max_answer_chars, self.max_new_tokens)
 
 
 

@@ -57,7 +57,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     placed = learner_placement(cfg, args.ray_address) is not None  # the learner runs on a learner node
     try:
         if not placed:  # fail before starting anything; a placed learner checks on its node
-            check_resources(cfg)
+            check_resources(cfg, args.ray_address)
     except ResourceError as exc:
         print(f"echo2 train: {exc}", file=sys.stderr)
         return 2

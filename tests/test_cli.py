@@ -48,7 +48,7 @@ def test_aime24_on_cpu_stops_at_once_pointing_to_the_quickstart():
     proc = subprocess.run([sys.executable, "-m", "echo2_sdk.runtime.cli", "train", "--task", "aime24"],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2
-    assert "needs 1 GPU" in proc.stderr and "examples/quickstart.yaml" in proc.stderr
+    assert "needs 4 GPU" in proc.stderr and "examples/quickstart.yaml" in proc.stderr
 
 
 @pytest.mark.parametrize("key, value, message", [

@@ -111,3 +111,20 @@ def test_a_dead_worker_is_counted_and_the_run_goes_on(tmp_path, ray_cluster):
     assert dead == {"worker0": True, "worker1": False}
     assert summary["worker_errors"] >= 1
     assert any("worker0 died" in line for line in logs)
+
+
+def test_two_learner_ranks_train_checkpoint_and_resume_on_one(tmp_path, ray_cluster):
+    """learner.num_ranks=2: FSDP2 rank actors on gloo behind the trainer; the checkpoint resumes on one rank."""
+    sharded = ["learner.num_ranks=2", "learner.micro_batch_tokens=24", "train.checkpoint_every=2"]
+    summary, rows = run(tmp_path, "ranks", sharded)
+    assert [r["version"] for r in rows] == [1, 2, 3, 4]
+    assert all(r["micro_batches"] >= 2 for r in rows) and all(0 <= r["padding_frac"] < 1 for r in rows)
+    meta = json.loads((tmp_path / "ranks" / "checkpoints" / "step_4" / "meta.json").read_text())
+    assert meta["num_ranks"] == 2 and meta["version"] == 4
+    assert "accuracy" in summary["eval"]["after"]
+    assert summary["broadcast"]["by_version"]  # the gathered snapshot reached the workers
+    import shutil
+
+    shutil.rmtree(tmp_path / "ranks" / "checkpoints" / "step_4")
+    _, resumed = run(tmp_path, "ranks", ["learner.num_ranks=1", "train.checkpoint_every=2"], resume=True)
+    assert [r["step"] for r in resumed] == [1, 2, 3, 4] and resumed[2]["version"] == 3

@@ -13,7 +13,21 @@ from echo2_sdk.adapter import BaseTaskAdapter, MultiTurnTaskAdapter
 from echo2_sdk.checks import render_prompt_ids
 from echo2_sdk.evaluation import avg_at_k
 from echo2_sdk.rewards import RewardGuard, score_directly
+from echo2_sdk.rollout_config import answer_char_limit
 from echo2_sdk.runtime.rollout.backends.base import FINISH_LENGTH, GenerationBackend, SamplingParams
+
+
+def eval_answer_char_limit(cfg) -> int:
+    """The ``max_chars`` held-out evaluation of ``cfg`` (an ``Echo2Config``) scores with.
+
+    The rollout workers' rule (:func:`echo2_sdk.rollout_config.answer_char_limit`), applied to the larger
+    of ``rollout.max_new_tokens`` and ``train.eval_max_new_tokens``: an explicit
+    ``rollout.max_answer_chars`` is the limit everywhere; a derived one never drops below the workers'
+    (a text scores alike in training and evaluation) and grows with a longer evaluation budget, so
+    longer evaluation answers are scored rather than counted ``oversize``.
+    """
+    budget = max(cfg.rollout.max_new_tokens, cfg.train.eval_max_new_tokens or 0)
+    return answer_char_limit(cfg.rollout.max_answer_chars, budget)
 
 
 def evaluate(
@@ -28,11 +42,15 @@ def evaluate(
     limit: int | None = None,
     batch_size: int = 64,
     pass_ks: Iterable[int] = (),
+    max_chars: int | None = None,
 ) -> dict:
     """Generate ``k`` samples for each example of ``split`` (the first ``limit``) and score them.
 
     Rewards go through ``guard`` when given (deadline, crash isolation; it must serve the same task
     as ``adapter``), else they are computed in this thread with the same 0-on-failure rules.
+    ``max_chars``: completions longer than this score 0 as ``oversize``, as on the rollout workers
+    (pass :func:`eval_answer_char_limit` of the run's config; None: no limit). A guard applies its
+    own ``max_chars``, which must then be the same.
     Prompts are generated ``batch_size`` at a time; each batch gets its own seed
     (``params.seed + batch index``) so batches do not replay one random stream.
 
@@ -47,6 +65,9 @@ def evaluate(
         raise ValueError(f"evaluate needs k >= 1 samples per example, got k={k}")
     if batch_size < 1:
         raise ValueError(f"evaluate needs batch_size >= 1, got {batch_size}")
+    if guard is not None and max_chars is not None and guard.max_chars != max_chars:
+        raise ValueError(f"evaluate got max_chars={max_chars} but its guard scores with max_chars={guard.max_chars}; "
+                         "build the guard with the same limit (or pass max_chars=None)")
     examples = list(adapter.examples(split))
     if limit is not None:
         examples = examples[:limit]
@@ -87,7 +108,7 @@ def evaluate(
         if guard is not None:
             results = guard.score_many(items)
         else:
-            results = [score_directly(adapter, example, text) for example, text in items]
+            results = [score_directly(adapter, example, text, max_chars=max_chars) for example, text in items]
         statuses.update(result.status for result in results)
         rewards.extend(
             [result.reward for result in results[i * k : (i + 1) * k]] for i in range(len(batch))

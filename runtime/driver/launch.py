@@ -23,6 +23,8 @@ def learner_placement(cfg: Echo2Config, address: str | None = None) -> dict | No
     """Ray actor options for a placed learner, or None to run the driver in this process."""
     rt = cfg.runtime
     joined = bool(address or rt.ray_address)
+    if cfg.learner.num_ranks > 1:  # the rank actors are placed on the learner node; the driver stays here
+        return None
     if not rt.learner_resources and not (joined and rt.require_gpus > 0):
         return None
     return {"num_cpus": 0, "num_gpus": rt.require_gpus, "resources": dict(rt.learner_resources) or None}
@@ -93,7 +95,7 @@ def train(cfg: Echo2Config, run_dir: str, *, resume: bool = False, ray_address: 
     if placement is None:
         from echo2_sdk.runtime.driver.trainer import Trainer
 
-        setup.check_resources(cfg)
+        setup.check_resources(cfg, ray_address)
         return Trainer(cfg, run_dir, resume=resume, ray_address=ray_address, log=log).fit()
     return _train_placed(cfg, str(Path(run_dir).resolve()), resume, ray_address, placement, log)
 

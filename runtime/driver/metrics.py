@@ -17,7 +17,8 @@ from echo2_sdk.config import Echo2Config, to_dict
 from echo2_sdk.records import Rollout
 from echo2_sdk.runtime.admission.base import AdmissionCounters
 
-LEARNER_KEYS = ("pg_loss", "kl", "clip_frac", "tis_mean", "tis_max", "tis_trunc_frac", "grad_norm", "lr")
+LEARNER_KEYS = ("pg_loss", "kl", "clip_frac", "tis_mean", "tis_max", "tis_trunc_frac", "grad_norm", "lr",
+                "micro_batches", "padding_frac", "micro_batch_tokens_max")
 
 
 @dataclass

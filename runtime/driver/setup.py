@@ -24,7 +24,9 @@ class ResourceError(RuntimeError):
     """The machine lacks what the config needs (e.g. GPUs for a 4B model)."""
 
 
-def check_resources(cfg: Echo2Config) -> None:
+def check_resources(cfg: Echo2Config, address: str | None = None) -> None:
+    if cfg.learner.num_ranks > 1 and (address or cfg.runtime.ray_address):
+        return  # ranks go to a cluster node that has the GPUs; the placement group refuses if none does
     need = cfg.runtime.require_gpus
     have = torch.cuda.device_count() if torch.cuda.is_available() else 0
     if need > have:
@@ -87,37 +89,41 @@ def prepare_base_model(
     return str(out)
 
 
-def build_learner(cfg: Echo2Config, base_path: str):
-    """(Learner, tokenizer) for the base policy; a frozen reference is loaded only if kl_coef > 0."""
-    from echo2_sdk.runtime.learning.learner import Learner
-    from echo2_sdk.runtime.models.modeling import load_policy
+def learner_spec(cfg: Echo2Config, base_path: str):
+    """The learner of ``cfg`` as one plain value (built here, or by each rank actor)."""
+    from echo2_sdk.runtime.learning.spec import LearnerSpec
 
-    device = learner_device(cfg)
-    model, tokenizer = load_policy(base_path, dtype=cfg.model.dtype, device=device)
-    ref = None
-    if cfg.algo.kl_coef > 0:
-        ref, _ = load_policy(base_path, dtype=cfg.model.dtype, device=device)
-    a = cfg.algo
-    learner = Learner(
-        model,
-        ref_model=ref,
-        lr=a.lr,
-        weight_decay=a.weight_decay,
-        max_grad_norm=a.max_grad_norm,
-        num_minibatches=a.num_minibatches,
+    a, ln = cfg.algo, cfg.learner
+    return LearnerSpec(
+        base_path=base_path, rollout_dtype=cfg.model.dtype, with_reference=a.kl_coef > 0,
+        lr=a.lr, weight_decay=a.weight_decay, max_grad_norm=a.max_grad_norm, num_minibatches=a.num_minibatches,
         loss_name=a.loss,
-        loss_kwargs={
-            "clip_eps_low": a.clip_eps_low,
-            "clip_eps_high": a.clip_eps_high,
-            "tis_cap": a.tis_cap,
-            "kl_coef": a.kl_coef,
-            "loss_agg": a.loss_agg,
-        },
-        temperature=cfg.rollout.temperature if cfg.rollout.temperature > 0 else 1.0,
-        device=device,
-        seed=cfg.train.seed,
+        loss_kwargs={"clip_eps_low": a.clip_eps_low, "clip_eps_high": a.clip_eps_high, "tis_cap": a.tis_cap,
+                     "kl_coef": a.kl_coef, "loss_agg": a.loss_agg},
+        temperature=cfg.rollout.temperature if cfg.rollout.temperature > 0 else 1.0, seed=cfg.train.seed,
+        micro_batch_tokens=ln.micro_batch_tokens, precision=ln.precision,
+        gradient_checkpointing=ln.gradient_checkpointing, num_ranks=ln.num_ranks, check_memory=ln.check_memory,
+        memory_headroom_frac=ln.memory_headroom_frac,
     )
-    return learner, tokenizer
+
+
+def build_learner(cfg: Echo2Config, base_path: str, log: Callable[[str], None] = print):
+    """(learner, tokenizer): in this process for one rank, else ``learner.num_ranks`` Ray rank actors.
+
+    A frozen reference is loaded only if kl_coef > 0. Several ranks need Ray to be initialised first.
+    """
+    from echo2_sdk.runtime.models.modeling import load_tokenizer
+
+    spec = learner_spec(cfg, base_path)
+    if cfg.learner.num_ranks == 1:
+        return spec.build(learner_device(cfg), log=log)
+    from echo2_sdk.runtime.learning.ranks import RankedLearner
+
+    ln = cfg.learner
+    learner = RankedLearner(spec, gpus_per_rank=ln.gpus_per_rank, resources=dict(cfg.runtime.learner_resources),
+                            backend=ln.backend, timeout_s=ln.rank_timeout_s, threads=cfg.runtime.learner_threads,
+                            log=log)
+    return learner, load_tokenizer(base_path)
 
 
 def init_ray(cfg: Echo2Config, address: str | None) -> bool:
@@ -200,7 +206,8 @@ def worker_settings(cfg: Echo2Config, model_path: str) -> WorkerSettings:
         model_path=model_path, task_name=cfg.task.name, task_options=dict(cfg.task.options),
         sampling=SamplingParams(r.temperature, r.top_p, r.max_new_tokens, cfg.train.seed),
         samples_per_prompt=r.samples_per_prompt, seed=cfg.train.seed, dtype=cfg.model.dtype,
-        threads=r.threads_per_worker, reward_timeout_s=r.reward_timeout_s, max_answer_chars=r.max_answer_chars,
+        threads=r.threads_per_worker, reward_timeout_s=r.reward_timeout_s,
+        max_answer_chars=r.effective_max_answer_chars,  # the limit the reward audit and evaluation apply too
         backend=r.backend, device="cuda" if r.gpus_per_worker > 0 else "cpu", vllm_options=r.vllm,
     )
 

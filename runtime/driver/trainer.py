@@ -37,7 +37,7 @@ class Trainer:
     def __init__(self, cfg: Echo2Config, run_dir: str, *, resume: bool = False,
                  ray_address: str | None = None, log: Callable[[str], None] = print) -> None:
         self.cfg, self.log = cfg, log
-        setup.check_resources(cfg)
+        setup.check_resources(cfg, ray_address)
         quiet_libraries()
         setup.seed_everything(cfg.train.seed)
         self.run = RunDir(run_dir, cfg)  # also starts the train.report_to trackers
@@ -53,7 +53,8 @@ class Trainer:
 
         torch.set_num_threads(cfg.runtime.learner_threads)
         self.base_path = setup.prepare_base_model(cfg, self.adapter, self.run, log)
-        self.learner, self.tokenizer = setup.build_learner(cfg, self.base_path)
+        self.owns_ray = setup.init_ray(cfg, ray_address)  # before the learner: its ranks may be Ray actors
+        self.learner, self.tokenizer = setup.build_learner(cfg, self.base_path, log)
         self.stats, counters = RunStats(), AdmissionCounters()
         self.step, position = 0, 0
         if resume:
@@ -69,7 +70,6 @@ class Trainer:
             log(f"resumed from {ckpt} at step {self.step}, version {self.learner.version}")
         self.stream = PromptStream(self.adapter.examples("train"), cfg.train.seed, position)
         self.published = self.learner.version
-        self.owns_ray = setup.init_ray(cfg, ray_address)
         r = cfg.rollout
         specs = setup.worker_specs(cfg)
         setup.check_placement(cfg, specs)
@@ -126,6 +126,7 @@ class Trainer:
             workers = self.pool.worker_report()
             self.pool.shutdown()
             self.audit.close()
+            self.learner.close()
             if self.owns_ray:
                 ray.shutdown()
         rows = self.run.read_metrics()
@@ -289,18 +290,19 @@ class Trainer:
     def evaluate(self) -> dict[str, Any]:
         """Held-out accuracy of the learner's current weights (greedy by default)."""
         from echo2_sdk.runtime.rollout.backends.hf import HFBackend
-        from echo2_sdk.runtime.driver.evaluation import evaluate
+        from echo2_sdk.runtime.driver.evaluation import eval_answer_char_limit, evaluate
 
         t = self.cfg.train
         params = SamplingParams(
             temperature=t.eval_temperature, top_p=1.0,
             max_new_tokens=t.eval_max_new_tokens or self.cfg.rollout.max_new_tokens, seed=t.seed,
         )
-        backend = HFBackend(self.learner.model, self.tokenizer, device=self.learner.device,
+        model = self.learner.evaluation_model()
+        backend = HFBackend(model, self.tokenizer, device=self.learner.device,
                             version=self.learner.version)
         result = evaluate(self.adapter, backend, self.tokenizer, split="eval", k=t.eval_samples,
-                          params=params, limit=t.eval_max_examples)
-        self.learner.model.eval()
+                          params=params, limit=t.eval_max_examples, max_chars=eval_answer_char_limit(self.cfg))
+        model.eval()
         return result
 
 
@@ -312,7 +314,7 @@ def _reward_audit(cfg: Echo2Config, adapter, tokenizer, specs: Sequence[WorkerSp
     return RewardAudit(
         adapter, tokenizer,
         lambda: RewardGuard(cfg.task.name, dict(cfg.task.options), cfg.train.seed, timeout_s=r.reward_timeout_s,
-                            max_chars=r.max_answer_chars),
+                            max_chars=r.effective_max_answer_chars),
         fraction=r.reward_audit_fraction, audited=audited_workers(specs, r.reward_audit_ray_workers),
         evict_after=r.reward_audit_evict_after, seed=cfg.train.seed, log=log)
 

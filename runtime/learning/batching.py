@@ -12,7 +12,7 @@ import torch
 
 from echo2_sdk.records import Rollout
 from echo2_sdk.signals import broadcast_to_tokens, compute_advantages, grouping_keys
-from echo2_sdk.runtime.learning.learner import TrainBatch
+from echo2_sdk.runtime.learning.base import TrainBatch
 
 
 def collate(

@@ -1,7 +1,10 @@
 """Learner checkpoints: weights (safetensors + HF config), optimizer, version, every RNG, and extras.
 
 A resumed run continues bit-for-bit on CPU: the global torch/numpy/python RNGs and the learner's
-mini-batch generator are restored with the weights and the optimizer state.
+mini-batch generator are restored with the weights and the optimizer state. Weights and optimizer
+state are stored whole (gathered from every rank, optimizer state keyed by parameter name), so a
+run resumes with a different number of learner ranks. Saving and loading are collectives when the
+learner is sharded: every rank calls them; rank 0 writes.
 """
 
 from __future__ import annotations
@@ -17,9 +20,10 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from safetensors.torch import load_model, save_model
+from safetensors.torch import load_file, save_file
 
-CHECKPOINT_FORMAT = "echo2-learner-checkpoint/1"
+CHECKPOINT_FORMAT = "echo2-learner-checkpoint/2"
+_READABLE_FORMATS = ("echo2-learner-checkpoint/1", CHECKPOINT_FORMAT)  # /1: optimizer keyed by index
 _MODEL_FILE = "model.safetensors"
 _OPTIMIZER_FILE = "optimizer.pt"
 _STATE_FILE = "trainer_state.pt"
@@ -42,23 +46,30 @@ def save_learner_checkpoint(learner, path: str, extra: dict | None = None) -> No
     final = Path(path)
     if final.exists() and not final.is_dir():
         raise FileExistsError(f"checkpoint path {final} is a file; pick a directory path")
+    weights = learner.full_state_dict()  # collectives first: every rank takes part, rank 0 writes
+    optimizer_state = _full_optimizer_state(learner)
+    if not learner.group.is_main:
+        return
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp-", dir=final.parent))
     try:
-        save_model(learner.model, str(tmp / _MODEL_FILE))
+        tied = getattr(learner, "tied", {})
+        save_file({k: v.contiguous() for k, v in weights.items() if k not in tied}, str(tmp / _MODEL_FILE),
+                  metadata={"format": "pt"})
         config = getattr(learner.model, "config", None)
         if config is not None and hasattr(config, "to_json_file"):
             config.to_json_file(str(tmp / "config.json"))
-        torch.save(learner.optimizer.state_dict(), tmp / _OPTIMIZER_FILE)
+        torch.save(optimizer_state, tmp / _OPTIMIZER_FILE)
         state = {
             "format": CHECKPOINT_FORMAT,
             "version": learner.version,
             "num_optimizer_steps": learner.num_optimizer_steps,
+            "num_ranks": learner.group.world_size,
             "rng": _capture_rng(learner.generator),
             "extra": extra,
         }
         torch.save(state, tmp / _STATE_FILE)
-        meta = {key: state[key] for key in ("format", "version", "num_optimizer_steps")}
+        meta = {key: state[key] for key in ("format", "version", "num_optimizer_steps", "num_ranks")}
         (tmp / _META_FILE).write_text(json.dumps(meta, indent=2) + "\n")
         for file in tmp.iterdir():
             with open(file, "rb") as handle:
@@ -74,6 +85,13 @@ def save_learner_checkpoint(learner, path: str, extra: dict | None = None) -> No
         shutil.rmtree(tmp, ignore_errors=True)
         raise
 
+
+def _full_optimizer_state(learner) -> dict:
+    from echo2_sdk.runtime.learning.sharding import full_optimizer_state
+
+    return full_optimizer_state(learner.model, learner.optimizer, learner.sharded)
+
+
 def load_learner_checkpoint(learner, path: str) -> dict:
     """Restore weights, optimizer, version and all RNG states from `path`; return `extra`."""
     folder = Path(path)
@@ -85,20 +103,38 @@ def load_learner_checkpoint(learner, path: str) -> dict:
             "pass a directory written by Learner.save_checkpoint"
         )
     state = torch.load(folder / _STATE_FILE, map_location="cpu", weights_only=True)
-    if state.get("format") != CHECKPOINT_FORMAT:
+    if state.get("format") not in _READABLE_FORMATS:
         raise ValueError(
             f"{folder} has checkpoint format {state.get('format')!r}, "
-            f"this learner reads {CHECKPOINT_FORMAT!r}"
+            f"this learner reads {list(_READABLE_FORMATS)}"
         )
-    load_model(learner.model, str(folder / _MODEL_FILE), strict=True, device=str(learner.device))
-    optimizer_file = folder / _OPTIMIZER_FILE
-    learner.optimizer.load_state_dict(
-        torch.load(optimizer_file, map_location=learner.device, weights_only=True)
-    )
+    from echo2_sdk.runtime.learning.sharding import load_model_state, load_optimizer_state
+
+    weights = load_file(str(folder / _MODEL_FILE))
+    tied = getattr(learner, "tied", {})
+    for alias, name in tied.items():
+        if alias not in weights and name in weights:
+            weights[alias] = weights[name]
+    dtype = next(learner.model.parameters()).dtype
+    weights = {k: v.to(dtype) if v.is_floating_point() else v for k, v in weights.items()}
+    load_model_state(learner.model, weights, learner.sharded)
+    optimizer_state = torch.load(folder / _OPTIMIZER_FILE, map_location="cpu", weights_only=True)
+    if state["format"] == "echo2-learner-checkpoint/1":
+        optimizer_state = _by_name(learner, optimizer_state)
+    load_optimizer_state(learner.model, learner.optimizer, optimizer_state, learner.sharded)
     learner.version = int(state["version"])
     learner.num_optimizer_steps = int(state["num_optimizer_steps"])
     _restore_rng(state["rng"], learner.generator)
     return state["extra"]
+
+
+def _by_name(learner, index_keyed: dict) -> dict:
+    """A format-/1 optimizer state (``optimizer.state_dict()``: parameters by position) keyed by name."""
+    names = [name for name, p in learner.model.named_parameters() if p.requires_grad]
+    return {
+        "state": {names[i]: value for i, value in index_keyed["state"].items()},
+        "param_groups": [{**g, "params": [names[i] for i in g["params"]]} for g in index_keyed["param_groups"]],
+    }
 
 
 def _capture_rng(generator: torch.Generator) -> dict:

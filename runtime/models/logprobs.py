@@ -111,3 +111,19 @@ def _chunkable_head(model: torch.nn.Module) -> torch.nn.Module | None:
 
 # The learner imports the function under this name; both names are the one implementation.
 token_logprobs = sequence_logprobs
+
+
+class SequenceLogprobs(torch.nn.Module):
+    """``sequence_logprobs`` of ``lm`` as a module's forward.
+
+    The chunked path calls the decoder and the output head directly, bypassing the causal LM's own
+    forward; sharded with FSDP, the root's hooks (which gather the embedding, final norm and head, and
+    reduce their gradients) would never fire. Made the FSDP root, this module's forward wraps both.
+    """
+
+    def __init__(self, lm: torch.nn.Module) -> None:
+        super().__init__()
+        self.lm = lm
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
+        return sequence_logprobs(self.lm, input_ids, attention_mask, temperature)
