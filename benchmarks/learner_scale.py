@@ -1,6 +1,6 @@
 """Learner memory and speed at RL batch shapes: micro-batch budget, ranks, precision, and a 4x batch.
 
-    python benchmarks/learner_scale.py --json            # the default sweep (about 10 min on 2 CPU cores)
+    python benchmarks/learner_scale.py --json            # the default sweep (~10 min on 2 CPU cores)
     python benchmarks/learner_scale.py --quick --json    # a 4-configuration subset on a tiny model (tests)
     python benchmarks/learner_scale.py --json --sequences 64 --min-len 64 --max-len 1024 --length-dist uniform
                                                          # the issue's full batch shape (hours on 2 cores)
@@ -27,10 +27,12 @@ is the measured one). The sweep is micro_batch_tokens x num_ranks x precision, t
 Default shapes (chosen so the default sweep fits about 10 minutes on 2 shared CPU cores, one thread per
 rank): Qwen3 with hidden 512, 12 layers, 8 heads / 4 KV heads (head_dim 64), intermediate 1536 and a
 synthetic 32,768-token vocabulary with tied embeddings (55 M parameters, 17 M of them the embedding /
-head, so the output head matters); a batch of 24 sequences, lengths 32-512 drawn log-uniformly (a
-long tail like RL completions: most short, a few long), the first 16 tokens a prompt (loss-masked out),
-one mini-batch per step (``--minibatches``) so that ``micro_batch_tokens=None`` is one pass over the
-whole padded batch. Prints one JSON document with ``--json`` (progress goes to stderr).
+head, so the output head matters); a batch of 20 sequences, lengths 32-512 drawn log-uniformly (a
+long tail like RL completions: most short, a few long; 4,150 real tokens, 10,240 padded), the first 16
+tokens a prompt (loss-masked out), one mini-batch per step (``--minibatches``) so that
+``micro_batch_tokens=None`` is one pass over the whole padded batch and 8192 splits it. The default
+sweep took 617 s here (torch 2.13 CPU, 2 cores shared with other work). Prints one JSON document with
+``--json`` (progress goes to stderr); without it, a table.
 """
 
 from __future__ import annotations
@@ -302,6 +304,7 @@ def run_config(spec: dict, cfg: dict, timeout_s: float) -> dict:
         warmup_step_s=None if ranks[0]["warmup_step_s"] is None else round(max(r["warmup_step_s"] for r in ranks), 3),
         micro_batches=int(m["micro_batches"]),
         padding_frac=round(m["padding_frac"], 4),
+        padded_tokens=round(ranks[0]["real_tokens"] / (1 - m["padding_frac"])),  # of the real passes, all ranks
         micro_batch_tokens_max=int(m["micro_batch_tokens_max"]),
         peak_rss_mb=round(max(r["peak_rss_mb"] for r in ranks), 1),
         step_peak_rss_mb=_max_or_none(r["step_peak_rss_mb"] for r in ranks),
@@ -342,6 +345,7 @@ def scale_summary(base: dict | None, scaled: dict | None, factor: int) -> dict:
         memory_ratio=round(scaled[key] / base[key], 3),
         time_ratio=round(scaled["step_s"] / base["step_s"], 3),
         tokens_ratio=round(scaled["real_tokens"] / base["real_tokens"], 3),
+        padded_tokens_ratio=round(scaled["padded_tokens"] / base["padded_tokens"], 3),
         tokens_per_s_ratio=round(scaled["tokens_per_s"] / base["tokens_per_s"], 3),
     )
     if base.get("step_peak_increase_mb") and scaled.get("step_peak_increase_mb") is not None:
@@ -379,7 +383,7 @@ QUICK = dict(hidden=64, layers=2, intermediate=128, heads=4, kv_heads=2, vocab=5
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 1)[1])
-    p.add_argument("--json", action="store_true", help="print only the JSON document on stdout")
+    p.add_argument("--json", action="store_true", help="print the JSON document on stdout (default: a table)")
     p.add_argument("--quick", action="store_true", help="tiny model and batch; budgets whole,256; ranks 1,2; fp32")
     p.add_argument("--hidden", type=int, default=512)
     p.add_argument("--layers", type=int, default=12)
@@ -410,7 +414,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.quick:
         for key, value in QUICK.items():
-            if p.get_default(key) == getattr(args, key):  # flags given explicitly win
+            if p.get_default(key) == getattr(args, key):  # flags set to other values win
                 setattr(args, key, value)
 
     spec = {k: getattr(args, k) for k in ("hidden", "layers", "intermediate", "heads", "kv_heads", "vocab", "sequences",
@@ -477,7 +481,11 @@ def main(argv: list[str] | None = None) -> int:
                   "padding_frac_whole_batch": round(1 - sum(lengths) / (len(lengths) * max(lengths)), 4)},
         "settings": {"minibatches": args.minibatches, "loss_agg": args.loss_agg, "warmup": args.warmup,
                      "gradient_checkpointing": args.gradient_checkpointing, "quick": args.quick,
-                     "memory": "peak_rss_mb: VmHWM of each rank process over its life, max over ranks"},
+                     "memory": "peak_rss_mb: VmHWM of each rank process over its life, max over ranks; "
+                               "step_peak_increase_mb: its rise during the measured step",
+                     "timing": f"one measured step after a {args.warmup!r} warm-up step; 2-rank configurations "
+                               f"share the machine's {os.cpu_count()} cores with any other load",
+                     "issue_full_shape": "--sequences 64 --min-len 64 --max-len 1024 --length-dist uniform"},
         "configs": rows,
         "scale": scale,
         "wall_s": round(time.perf_counter() - t0, 1),

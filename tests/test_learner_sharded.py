@@ -25,10 +25,24 @@ def _max_diff(a: dict, b: dict) -> float:
 spawned = pytest.mark.slow  # spawned gloo ranks: ~10 s each
 
 
+def _with_kl(loss_agg: str) -> dict:
+    """seq-mean-token-mean runs with a KL term: the frozen reference is then sharded like the policy."""
+    if loss_agg == "token-mean":
+        return {}
+    return {"ref_model": tiny_model(seed=1), "extra_loss_kwargs": {"kl_coef": 0.05}}
+
+
+def _learner(loss_agg: str, **kwargs):
+    extra = _with_kl(loss_agg)
+    learner = make_learner(loss_agg, ref_model=extra.get("ref_model"), **kwargs)
+    learner.loss_kwargs.update(extra.get("extra_loss_kwargs", {}))
+    return learner
+
+
 def _sharded_step(rank, world, port, loss_agg, budget, out):
     torch.set_num_threads(1)
     group = sharding.init_rank_group(rank, world, "127.0.0.1", port, backend="gloo")
-    learner = make_learner(loss_agg, micro_batch_tokens=budget, group=group, shard=True)
+    learner = _learner(loss_agg, micro_batch_tokens=budget, group=group, shard=True)
     metrics = learner.train_step(ragged_batch())
     weights = learner.full_state_dict()
     snapshot = learner.state_dict_for_rollout()
@@ -42,8 +56,9 @@ def _sharded_step(rank, world, port, loss_agg, budget, out):
 @spawned
 @pytest.mark.parametrize("loss_agg", ["token-mean", "seq-mean-token-mean"])
 def test_two_ranks_with_micro_batches_equal_one_rank_with_whole_mini_batches(tmp_path, loss_agg):
-    whole = make_learner(loss_agg)
+    whole = _learner(loss_agg)
     expected = whole.train_step(ragged_batch())  # two optimizer updates (num_minibatches=2)
+    assert (expected["kl"] > 0) == (loss_agg != "token-mean")
     spawn(_sharded_step, 2, loss_agg, 64, str(tmp_path / "rank0.pt"))
     got = torch.load(tmp_path / "rank0.pt", weights_only=False)
 
@@ -52,6 +67,7 @@ def test_two_ranks_with_micro_batches_equal_one_rank_with_whole_mini_batches(tmp
     assert got["metrics"]["grad_norm"] == pytest.approx(expected["grad_norm"], rel=1e-5)
     assert got["metrics"]["pg_loss"] == pytest.approx(expected["pg_loss"], abs=1e-6)
     assert got["metrics"]["clip_frac"] == pytest.approx(expected["clip_frac"], abs=1e-6)
+    assert got["metrics"]["kl"] == pytest.approx(expected["kl"], abs=1e-7)
     assert _max_diff(got["weights"], whole.full_state_dict()) <= 1e-5
     assert got["snapshot_keys"] == sorted(whole.state_dict_for_rollout())
     for key, values in whole.last_agreement.items():  # per-sequence statistics gathered from both ranks

@@ -17,6 +17,7 @@ is sharded with FSDP2 and each rank trains its share of every mini-batch (`runti
 
 from __future__ import annotations
 
+import math
 import time
 import warnings
 from collections import defaultdict
@@ -175,7 +176,7 @@ class Learner:
             units = float(aggregation_units(batch.loss_mask[rows], self.loss_agg))
             tokens = float(batch.loss_mask[rows].sum())
             metrics, grad_norm = self._update(batch, share, old_lps, ref_lps, units, tokens)
-            if grad_norm == grad_norm and abs(grad_norm) != float("inf"):
+            if math.isfinite(grad_norm):
                 self.optimizer.step()
                 self.num_optimizer_steps += 1
             else:

@@ -151,7 +151,7 @@ class RankedLearner:
 
         try:
             ray.get([r.close.remote() for r in self.ranks], timeout=30)
-        except Exception:  # a rank that already died has nothing left to close
+        except ray.exceptions.RayError:  # a rank that already died has nothing left to close
             pass
         for r in self.ranks:
             ray.kill(r)
