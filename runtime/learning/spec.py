@@ -48,8 +48,9 @@ class LearnerSpec:
         plan = self.memory_plan(model)
         where = f"{device.type} (rank {group.rank} of {group.world_size})"
         if group.is_main:
-            log(f"learner plan per rank, {self.num_ranks} rank(s), {self.precision}, micro_batch_tokens="
-                f"{self.budget_tokens(model)}: {plan.describe()}")
+            budget = (f"micro_batch_tokens={self.micro_batch_tokens}" if self.micro_batch_tokens else
+                      f"micro_batch_tokens=null (estimated at the model's context, {self.budget_tokens(model)})")
+            log(f"learner plan per rank, {self.num_ranks} rank(s), {self.precision}, {budget}: {plan.describe()}")
         if self.check_memory:
             memory.check_fits(plan, memory.device_memory(device, self.num_ranks if device.type == "cpu" else 1),
                               num_ranks=self.num_ranks, micro_batch_tokens=self.budget_tokens(model),
