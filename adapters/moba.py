@@ -22,6 +22,7 @@ Every MOBA-specific setting is an option with a default, so ``examples/moba.yaml
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -81,15 +82,16 @@ class MobaAdapter(EpisodicTaskAdapter):
 
     @classmethod
     def head_to_head(cls) -> HeadToHead:
-        """``echo2 eval --task moba``: duplicate games, win rate and mean reward."""
+        """``echo2 eval --task moba``: duplicate games, win rate and mean reward; with ``--config`` against
+        the config's foes (:func:`eval_game`)."""
         from echo2_sdk.envs.moba.evaluation import HEAD_TO_HEAD  # on demand: playing moba does not need it
 
-        return HEAD_TO_HEAD
+        return dataclasses.replace(HEAD_TO_HEAD, task_defaults=eval_game)
 
     def _example(self, split: str, index: int) -> Example:
         episode_seed = self.episode_seed(split, index)
         size = self.config.team_size
-        return Example(id=f"moba:{split}:{index}",
+        return Example(id=f"{self.name}:{split}:{index}",
                        prompt=f"{size}v{size} lane vs {self.options.opponent}, episode {episode_seed}",
                        meta={"episode_seed": episode_seed})
 
@@ -106,3 +108,13 @@ class MobaAdapter(EpisodicTaskAdapter):
     def bot_reply(self, player, env: MobaEnv, feedback: str | None) -> str:
         assert env.game is not None
         return player.act(env.game, env.game.heroes[0], feedback)
+
+
+def eval_game(options: MobaAdapter.Options) -> dict[str, Any]:
+    """``echo2 eval`` arguments that play a moba task's game: its team size and foes (the evaluation
+    plays one foe spec per column, every foe hero a copy, so several specs become several columns).
+
+    >>> eval_game(MobaAdapter.Options(opponent="rule:farmer"))
+    {'team_size': 1, 'opponents': 'rule:farmer'}
+    """
+    return {"team_size": options.team_size, "opponents": options.opponent}

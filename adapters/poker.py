@@ -33,6 +33,7 @@ multi-turn tasks lives in :class:`echo2_sdk.episodic.EpisodicTaskAdapter`.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -97,16 +98,17 @@ class PokerAdapter(EpisodicTaskAdapter):
 
     @classmethod
     def head_to_head(cls) -> HeadToHead:
-        """``echo2 eval --task poker``: duplicate deals, chips won per 100 big blinds."""
+        """``echo2 eval --task poker``: duplicate deals, chips won per 100 big blinds; with ``--config`` at
+        the config's table (:func:`eval_table`)."""
         from echo2_sdk.envs.poker.evaluation import HEAD_TO_HEAD  # on demand: playing poker does not need it
 
-        return HEAD_TO_HEAD
+        return dataclasses.replace(HEAD_TO_HEAD, task_defaults=eval_table)
 
     def _example(self, split: str, index: int) -> Example:
         episode_seed = self.episode_seed(split, index)
         table = "heads-up" if self.config.seats == 2 else f"{self.config.seats}-max"
         return Example(
-            id=f"poker:{split}:{index}",
+            id=f"{self.name}:{split}:{index}",
             prompt=f"{table} no-limit hold'em vs {self.options.opponent}, "
                    f"{self.config.hands_per_episode} hand(s), episode {episode_seed}",
             meta={"episode_seed": episode_seed},
@@ -125,3 +127,14 @@ class PokerAdapter(EpisodicTaskAdapter):
     def bot_reply(self, player, env: PokerEnv, feedback: str | None) -> str:
         assert env.hand is not None
         return player.act(env.hand.view(self.config.agent_seat), feedback)
+
+
+def eval_table(options: PokerAdapter.Options) -> dict[str, Any]:
+    """``echo2 eval`` arguments that play the table of a poker task's ``options`` (seats, blinds, stack,
+    the opponent seats: several specs become one ``A+B`` column, one player per seat).
+
+    >>> eval_table(PokerAdapter.Options(seats=3, small_blind=25, big_blind=50, opponent="rule:tag, rule:lag"))
+    {'seats': 3, 'blinds': '25/50', 'stack': 1000, 'opponents': 'rule:tag+rule:lag'}
+    """
+    return {"seats": options.seats, "blinds": f"{options.small_blind}/{options.big_blind}",
+            "stack": options.starting_stack, "opponents": "+".join(s.strip() for s in options.opponent.split(","))}

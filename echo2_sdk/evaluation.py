@@ -19,7 +19,7 @@ from __future__ import annotations
 import argparse
 import math
 from dataclasses import dataclass
-from typing import Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 PolicyFactory = Callable[[str], Callable[[list[dict[str, str]]], str]]
 """``NAME`` of an ``llm:NAME`` player spec → its chat policy ``policy(messages) -> reply text``."""
@@ -104,6 +104,11 @@ class HeadToHead:
     """Adds the task's own arguments to the parser (poker: ``--seats``, ``--blinds``, ``--stack``)."""
     description: str = ""
     """What a cell reports and which player specs exist (part of ``echo2 eval --help``)."""
+    task_defaults: Callable[[Any], Mapping[str, Any]] | None = None
+    """The argument defaults that play a given task's own table: its ``Options`` object → ``{dest: value}``
+    (poker: ``{"seats": 3, "blinds": "25/50", "opponents": "rule:tag+rule:lag", ...}``). ``echo2 eval
+    --config FILE`` (and a task named by ``path/to/file.py:Class``) applies them, so a task derived from a
+    built-in is evaluated at the table it trains at; explicit arguments still win."""
 
     def __post_init__(self) -> None:
         if not callable(self.run):

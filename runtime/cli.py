@@ -143,27 +143,59 @@ def _head_to_head(task: str) -> HeadToHead:
     return head_to_head
 
 
-def _eval_parser(task: str, head_to_head: HeadToHead) -> argparse.ArgumentParser:
+def _eval_parser(task: str, head_to_head: HeadToHead, options: dict | None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="echo2 eval", description=f"{EVAL_DESCRIPTION} {head_to_head.description}")
     parser.add_argument("--task", default=task, help=EVAL_TASK_HELP)
+    _add_eval_config_args(parser)  # read by the first stage; here for --help
     add_head_to_head_arguments(parser, head_to_head)
     parser.add_argument("--temperature", type=float, default=0.0, help="sampling temperature of model agents (0 = greedy)")
     parser.add_argument("--max-new-tokens", type=int, default=16, help="reply length limit of model agents, in tokens")
+    if options is not None and head_to_head.task_defaults is not None:
+        parser.set_defaults(**head_to_head.task_defaults(_task_options(task, options)))
     return parser
 
 
+def _add_eval_config_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", metavar="FILE", help="evaluate the task of this YAML config at its own table "
+                        "(its task.options, e.g. the seats, blinds and opponents of a task from echo2 new-task)")
+    parser.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a value of --config (repeatable)")
+
+
+def _task_options(task: str, options: dict):
+    from echo2_sdk.config_loader import build_dataclass
+    from echo2_sdk.registry import get_task_class
+
+    return build_dataclass(get_task_class(task).Options, dict(options), path="task.options")
+
+
 def cmd_eval(args: argparse.Namespace) -> int:
-    """Two stages: ``--task`` picks the evaluation, whose parser then reads the other arguments."""
-    task = args.task
+    """Two stages: ``--task`` picks the evaluation, whose parser then reads the other arguments. A task of
+    your own (``--config FILE`` or ``--task path/to/file.py:Class``) is played at its own table: the
+    evaluation's defaults come from its options (``HeadToHead.task_defaults``)."""
+    if args.config and args.task:
+        print("echo2 eval: give --config FILE (its task.name and task.options) or --task NAME, not both",
+              file=sys.stderr)
+        return 2
+    options = None
+    if args.config:
+        cfg = load_config(args.config, list(args.set or []))
+        task, options = cfg.task.name, dict(cfg.task.options)
+    elif args.set:
+        print("echo2 eval: --set needs --config FILE (it overrides the config's values)", file=sys.stderr)
+        return 2
+    else:
+        task = args.task or "poker"
+        options = {} if ":" in task else None  # a path-named task: its Options defaults
     try:
         while True:
             head_to_head = _head_to_head(task)
-            parser = _eval_parser(task, head_to_head)
+            parser = _eval_parser(task, head_to_head, options)
             named = parser.parse_known_args(args.more_arguments)[0].task
             if named == task:
                 opts = parser.parse_args(args.more_arguments)
                 break
             task = named  # an abbreviated --task (e.g. --ta moba) reached the task's parser
+            options = {} if ":" in task else None
     except (ImportError, TypeError, ValueError) as exc:
         print(f"echo2 eval: {exc}", file=sys.stderr)
         return 2
@@ -223,7 +255,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("eval", add_help=False, allow_abbrev=False,
                        help="head-to-head evaluation of a task that has one (e.g. poker, moba): agents x opponents, "
                             "95%% CIs")
-    p.add_argument("--task", default="poker", help=EVAL_TASK_HELP)
+    p.add_argument("--task", help=EVAL_TASK_HELP)
+    _add_eval_config_args(p)
     p.set_defaults(func=cmd_eval, more_arguments=[])
 
     from echo2_sdk.runtime.planning.cli import add_plan_parser, add_simulate_parser

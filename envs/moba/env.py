@@ -47,6 +47,10 @@ Reward of a step (config fields in brackets; the episode return is their sum)
 | the foe base falls / the agent's base falls (terminated) | +10 / -10 [``win_reward``] |
 | the tick limit is reached (truncated) | 0 |
 
+Hooks a derived env overrides (what ``echo2 new-task moba`` writes out to edit): ``make_hero_player``
+(who plays the other heroes), ``rules_text`` (the system message), ``observation_text`` (what the
+agent reads) and ``step_reward`` (r_t from the agent's gains in a tick).
+
 Determinism: the game from ``"{seed}:game"``, hero i's player from ``"{seed}:seat:{i}"``, the warm-up
 autopilot from ``"{seed}:autopilot"``. ``warmup_ticks`` lets the autopilot play the agent's hero first,
 so short training episodes start in a live lane.
@@ -64,6 +68,9 @@ from echo2_sdk.envs.moba.game import Game, Rules
 from echo2_sdk.envs.moba.players import make_player
 from echo2_sdk.envs.moba.text import action_text, legal_texts, parse, render, system_prompt
 from echo2_sdk.envs.seats import build_config
+
+_GAINS = ("gold_earned", "structure_damage", "deaths")
+"""The agent's hero stats whose change during a step ``step_reward`` is given."""
 
 
 @dataclass(frozen=True)
@@ -125,16 +132,41 @@ class MobaEnv(TextEnv):
         elif overrides:
             config = MobaConfig.build(**{**dataclasses.asdict(config), **overrides})
         self.config, self.rules = config, config.rules
-        self.system_prompt = system_prompt(self.rules, config.max_ticks)
+        self.llm_policies, self.llm_policy_factory = llm_policies, llm_policy_factory
+        self.system_prompt = self.rules_text()
         n = config.team_size
         specs = {i: config.allies[0] for i in range(1, n)}
         foes = config.opponents * n if len(config.opponents) == 1 else config.opponents
         specs.update({n + k: spec for k, spec in enumerate(foes)})
-        kw = dict(system=self.system_prompt, max_ticks=config.max_ticks, llm_policies=llm_policies,
-                  llm_policy_factory=llm_policy_factory)
-        self.players = {i: make_player(spec, **kw) for i, spec in specs.items()}
-        self.autopilot = make_player(config.autopilot, **kw)
+        self.players = {i: self.make_hero_player(i, spec) for i, spec in specs.items()}
+        self.autopilot = make_player(config.autopilot, system=self.system_prompt, max_ticks=config.max_ticks,
+                                     llm_policies=llm_policies, llm_policy_factory=llm_policy_factory)
         self.game: Game | None = None
+
+    # ----- hooks: what a task derived from moba (``echo2 new-task moba``) overrides ----------------
+    def make_hero_player(self, index: int, spec: str):
+        """The player of hero ``index`` (1..team_size-1: allies, then the foes) for its spec."""
+        return make_player(spec, system=self.system_prompt, max_ticks=self.config.max_ticks,
+                           llm_policies=self.llm_policies, llm_policy_factory=self.llm_policy_factory)
+
+    def rules_text(self) -> str:
+        """The system message: the rules, once per conversation."""
+        return system_prompt(self.rules, self.config.max_ticks)
+
+    def observation_text(self, game: Game, notes: list[str]) -> str:
+        """What the agent (hero 0) reads each tick, after ``notes`` (events, refusal reasons)."""
+        return render(game, game.heroes[0], self.config.max_ticks, "; ".join(notes))
+
+    def step_reward(self, gains: dict[str, int], info: dict[str, Any]) -> float:
+        """r_t of one step (see the reward table above): ``gains`` holds the agent's ``gold_earned``,
+        ``structure_damage`` and ``deaths`` during the tick (all 0 for a refused action, whose
+        ``info["invalid_reason"]`` says why); ``info["outcome"]`` is ``win``/``loss`` when a base fell."""
+        cfg = self.config
+        reward = (cfg.gold_reward * gains["gold_earned"] + cfg.structure_reward * gains["structure_damage"]
+                  - cfg.death_penalty * gains["deaths"])
+        if info["outcome"] in ("win", "loss"):
+            reward += cfg.win_reward if info["outcome"] == "win" else -cfg.win_reward
+        return reward
 
     # ----- TextEnv ----------------------------------------------------------------------------
     def _reset_episode(self, episode_seed: int, options: dict[str, Any]) -> tuple[str, dict[str, Any]]:
@@ -172,7 +204,8 @@ class MobaEnv(TextEnv):
             self._attempts += 1
             note = f"Invalid action '{sanitize_text(action)}': {reason}"
             if self._attempts <= self.config.max_invalid_actions:
-                return self._render_obs(note), 0.0, False, False, self._info(reason, None)
+                info = self._info(reason, None)
+                return self._render_obs(note), self.step_reward(dict.fromkeys(_GAINS, 0), info), False, False, info
             self._forced += 1
             self._notes.append(note + ". Out of attempts: you hold")
             parsed = ("hold",)
@@ -181,14 +214,10 @@ class MobaEnv(TextEnv):
         self._tick(parsed)
         self._skip_dead()
         score = self._score()
-        cfg = self.config
-        reward = (cfg.gold_reward * (score[0] - self._last[0]) + cfg.structure_reward * (score[1] - self._last[1])
-                  - cfg.death_penalty * (score[2] - self._last[2]))
+        gains = {key: now - before for key, now, before in zip(_GAINS, score, self._last)}
         self._last = score
         terminated = game.winner is not None
-        if terminated:
-            reward += cfg.win_reward if game.winner == 0 else -cfg.win_reward
-        truncated = not terminated and game.tick >= cfg.max_ticks
+        truncated = not terminated and game.tick >= self.config.max_ticks
         if terminated or truncated:
             outcome = self.outcome
             obs = "\n".join(self._notes + [f"Game over at tick {game.tick}: {outcome}. Gold {hero.stats['gold_earned']}, "
@@ -196,7 +225,8 @@ class MobaEnv(TextEnv):
                                            f"deaths {hero.stats['deaths']}."])
         else:
             obs = self._render_obs()
-        return obs, float(reward), terminated, truncated, self._info(reason, applied)
+        info = self._info(reason, applied)
+        return obs, float(self.step_reward(gains, info)), terminated, truncated, info
 
     def legal_actions(self) -> list[str]:
         game = self.game
@@ -233,10 +263,10 @@ class MobaEnv(TextEnv):
         while not game.heroes[0].alive and game.winner is None and game.tick < self.config.max_ticks:
             self._tick(("hold",))
 
-    def _score(self) -> tuple[int, int, int]:
+    def _score(self) -> tuple[int, ...]:
         assert self.game is not None
         stats = self.game.heroes[0].stats
-        return stats["gold_earned"], stats["structure_damage"], stats["deaths"]
+        return tuple(stats[key] for key in _GAINS)
 
     def _render_obs(self, extra: str | None = None) -> str:
         assert self.game is not None
@@ -244,7 +274,7 @@ class MobaEnv(TextEnv):
         self._taken += taken
         notes = self._notes[-4:] + ([f"took {taken} dmg"] if taken else []) + ([extra] if extra else [])
         self._notes = []
-        return render(self.game, self.game.heroes[0], self.config.max_ticks, "; ".join(notes))
+        return self.observation_text(self.game, notes)
 
     @property
     def outcome(self) -> str | None:

@@ -16,6 +16,10 @@ Rewards: the reward of a step is the agent's chip change realized during it (han
 they end, so mid-hand steps earn 0). Chips of walks settled during ``reset`` are added to the
 first step's reward, so the episode return always equals the agent's total chip result.
 
+Hooks a derived env overrides (what ``echo2 new-task poker`` writes out to edit): ``make_opponent``
+(who sits in each other seat), ``rules_text`` (the system message), ``observation_text`` (what the
+agent reads) and ``step_reward`` (r_t from the chips settled in a step).
+
 Invalid actions: an unparsable or illegal action is answered with the same decision point,
 prefixed by the reason (pokerkit's where it has one); after ``max_invalid_actions`` refusals in a
 row the table checks (if free) or folds for the agent. ``info`` counts both.
@@ -30,7 +34,7 @@ from typing import Any, Callable, Sequence
 
 from echo2_sdk.env import Policy, TextEnv, sanitize_text
 from echo2_sdk.envs.poker.actions import parse_action
-from echo2_sdk.envs.poker.hand import Hand, Player, TableConfig, describe_result, take_turn
+from echo2_sdk.envs.poker.hand import Hand, Player, SeatView, TableConfig, describe_result, take_turn
 from echo2_sdk.envs.poker.players import make_player
 from echo2_sdk.envs.poker.strength import hand_bucket
 from echo2_sdk.envs.poker.text import render_observation, system_prompt
@@ -110,6 +114,7 @@ class PokerEnv(TextEnv):
             config = PokerConfig.build(**{**dataclasses.asdict(config), **overrides})
         self.config = config
         self.table = config.table
+        self.llm_policies, self.llm_policy_factory = llm_policies, llm_policy_factory
         others = [s for s in range(config.seats) if s != config.agent_seat]
         if players is not None:
             if len(players) != len(others):
@@ -117,12 +122,31 @@ class PokerEnv(TextEnv):
             chosen = list(players)
         else:
             specs = config.opponents * len(others) if len(config.opponents) == 1 else config.opponents
-            chosen = [make_player(spec, table=self.table, hands_per_episode=config.hands_per_episode,
-                                  llm_policies=llm_policies, llm_policy_factory=llm_policy_factory)
-                      for spec in specs]
+            chosen = [self.make_opponent(seat, spec) for seat, spec in zip(others, specs)]
         self.players: dict[int, Player] = dict(zip(others, chosen))
-        self.system_prompt = system_prompt(self.table, config.hands_per_episode)
+        self.system_prompt = self.rules_text()
         self.hand: Hand | None = None
+
+    # ----- hooks: what a task derived from poker (``echo2 new-task poker``) overrides --------------
+    def make_opponent(self, seat: int, spec: str) -> Player:
+        """The player in ``seat`` (not the agent's) for its spec from ``config.opponents``."""
+        return make_player(spec, table=self.table, hands_per_episode=self.config.hands_per_episode,
+                           llm_policies=self.llm_policies, llm_policy_factory=self.llm_policy_factory)
+
+    def rules_text(self) -> str:
+        """The system message: the rules, once per conversation."""
+        return system_prompt(self.table, self.config.hands_per_episode)
+
+    def observation_text(self, view: SeatView, notes: list[str]) -> str:
+        """What the agent reads at a decision: ``view`` of the table, after ``notes`` (hand results,
+        refusal reasons)."""
+        return render_observation(view, show_history=self.config.show_history, prefix="\n".join(notes))
+
+    def step_reward(self, chips: int, info: dict[str, Any]) -> float:
+        """r_t of one step: ``chips`` is the agent's chip change settled during it (0 mid-hand; a refused
+        action settles nothing, ``info["invalid_reason"]`` says why). The adapter divides by its
+        ``reward_scale`` (the big blind by default)."""
+        return float(chips)
 
     # ----- TextEnv ----------------------------------------------------------------------------
     def _reset_episode(self, episode_seed: int, options: dict[str, Any]) -> tuple[str, dict[str, Any]]:
@@ -159,7 +183,8 @@ class PokerEnv(TextEnv):
             self._attempts += 1
             if self._attempts <= self.config.max_invalid_actions:
                 obs = self._observation_text([f"Invalid action '{sanitize_text(action)}': {reason}."])
-                return obs, 0.0, False, self._truncate(), self._info(reason, None)
+                info = self._info(reason, None)
+                return obs, self.step_reward(0, info), False, self._truncate(), info
             record = self.hand.apply_fallback()
             self._forced += 1
             notes.append(f"Invalid action '{sanitize_text(action)}': {reason}. "
@@ -167,7 +192,7 @@ class PokerEnv(TextEnv):
         self._attempts = 0
         self._agent_acted = True
         notes += self._advance()
-        reward, self._pending_reward = self._pending_reward, 0
+        chips, self._pending_reward = self._pending_reward, 0
         terminated = self._finished
         truncated = not terminated and self._truncate()
         if terminated:
@@ -175,7 +200,8 @@ class PokerEnv(TextEnv):
                                      f"{'+' if self._chips >= 0 else ''}{self._chips} chips."])
         else:
             obs = self._observation_text(notes)
-        return obs, float(reward), terminated, truncated, self._info(reason, record.text())
+        info = self._info(reason, record.text())
+        return obs, self.step_reward(chips, info), terminated, truncated, info
 
     def legal_actions(self) -> list[str]:
         if self._finished or self.hand is None or self.hand.actor_seat != self.config.agent_seat:
@@ -230,8 +256,7 @@ class PokerEnv(TextEnv):
 
     def _observation_text(self, notes: list[str]) -> str:
         assert self.hand is not None
-        view = self.hand.view(self.config.agent_seat)
-        return render_observation(view, show_history=self.config.show_history, prefix="\n".join(notes))
+        return self.observation_text(self.hand.view(self.config.agent_seat), notes)
 
     def _info(self, invalid_reason: str | None, applied: str | None) -> dict[str, Any]:
         hand = self.hand

@@ -76,7 +76,7 @@ def play_matchup(agent: PlayerSpec, opponent: PlayerSpec, deals: int, seed: int,
     make = make or (lambda spec: make_player(spec, table=table))
     n = table.seats
     hero = make(agent)
-    villains = [make(opponent) for _ in range(n - 1)]
+    villains = [make(spec) for spec in seat_specs(opponent, n - 1)]
     per_deal: list[float] = []
     records: list[tuple[HandRecord, int]] = []
     invalid = forced = accepted = 0
@@ -108,6 +108,24 @@ def play_matchup(agent: PlayerSpec, opponent: PlayerSpec, deals: int, seed: int,
         "legal_action_rate": accepted / (accepted + invalid) if accepted + invalid else None,
         "agent_style": style_stats(records),
     }
+
+
+def seat_specs(opponent: PlayerSpec, others: int) -> list[PlayerSpec]:
+    """The players of the ``others`` seats besides the agent's for one opponent column: copies of one
+    spec, or ``A+B`` for one spec per seat in seat order (the mixed table a task trains at).
+
+    >>> seat_specs("rule:tag", 2)
+    ['rule:tag', 'rule:tag']
+    >>> seat_specs("rule:tag+rule:lag", 2)
+    ['rule:tag', 'rule:lag']
+    """
+    if not isinstance(opponent, str) or "+" not in opponent:
+        return [opponent] * others
+    specs = [part.strip() for part in opponent.split("+")]
+    if len(specs) != others:
+        raise ValueError(f"opponent {opponent!r} names {len(specs)} seats but the table has {others} besides "
+                         f"the agent's; give one spec (copied into every seat) or {others} joined by '+'")
+    return specs
 
 
 def run_eval(agents: Mapping[str, PlayerSpec] | Sequence[str], opponents: Mapping[str, PlayerSpec] | Sequence[str],
@@ -229,7 +247,8 @@ HEAD_TO_HEAD = HeadToHead(
     games_arg="hands", default_games=2000, games_help="hands per agent/opponent cell",
     add_arguments=_add_table_arguments,
     description="Poker: duplicate deals (every deal from every seat); cells report chips won per 100 big "
-                "blinds with 95% CIs and the agent's VPIP/PFR/AF. Rule players: rule:calling|tag|lag|random.",
+                "blinds with 95% CIs and the agent's VPIP/PFR/AF. Rule players: rule:calling|tag|lag|random; "
+                "an opponent A+B seats one player per other seat (e.g. rule:tag+rule:lag at --seats 3).",
 )
 """What ``echo2 eval --task poker`` runs (the poker task's ``head_to_head()`` returns it)."""
 
