@@ -175,3 +175,25 @@ def test_tiny_model_ties_embeddings_and_the_learner_sees_the_alias():
     state = learner.state_dict_for_rollout()
     assert state["lm_head.weight"] is state["model.embed_tokens.weight"]
     assert tiny_model().config.tie_word_embeddings
+
+
+def _resume_two_ranks(rank, world, port, path):
+    torch.set_num_threads(1)
+    group = sharding.init_rank_group(rank, world, "127.0.0.1", port, backend="gloo")
+    learner = make_learner(micro_batch_tokens=64, group=group, shard=True)
+    assert learner.load_checkpoint(path) == {"step": 1} and learner.version == 1
+    learner.train_step(ragged_batch(seed=1))
+    weights = learner.full_state_dict()
+    if rank == 0:
+        torch.save(weights, path + ".two")
+
+
+@spawned
+def test_a_one_rank_checkpoint_resumes_on_two_ranks_and_continues_alike(tmp_path):
+    path = str(tmp_path / "ckpt")
+    one = make_learner(micro_batch_tokens=64)
+    one.train_step(ragged_batch())
+    one.save_checkpoint(path, extra={"step": 1})
+    one.train_step(ragged_batch(seed=1))
+    spawn(_resume_two_ranks, 2, path)
+    assert _max_diff(torch.load(path + ".two"), one.full_state_dict()) <= 1e-5
