@@ -197,3 +197,24 @@ def test_a_one_rank_checkpoint_resumes_on_two_ranks_and_continues_alike(tmp_path
     one.train_step(ragged_batch(seed=1))
     spawn(_resume_two_ranks, 2, path)
     assert _max_diff(torch.load(path + ".two"), one.full_state_dict()) <= 1e-5
+
+
+def _one_row_per_minibatch(rank, world, port, out):
+    torch.set_num_threads(1)
+    group = sharding.init_rank_group(rank, world, "127.0.0.1", port, backend="gloo")
+    learner = make_learner(group=group, shard=True)
+    metrics = learner.train_step(ragged_batch(rows=2))  # each mini-batch: one row, so rank 1 runs only fillers
+    weights = learner.full_state_dict()
+    if rank == 0:
+        torch.save({"metrics": metrics, "weights": weights}, out)
+
+
+@spawned
+def test_a_rank_left_with_only_fillers_keeps_in_step(tmp_path):
+    whole = make_learner()
+    expected = whole.train_step(ragged_batch(rows=2))
+    spawn(_one_row_per_minibatch, 2, str(tmp_path / "rank0.pt"))
+    got = torch.load(tmp_path / "rank0.pt", weights_only=False)
+    assert got["metrics"]["loss"] == pytest.approx(expected["loss"], abs=1e-6)
+    assert got["metrics"]["tis_max"] == pytest.approx(expected["tis_max"], abs=1e-6)
+    assert _max_diff(got["weights"], whole.full_state_dict()) <= 1e-5

@@ -20,7 +20,6 @@ from __future__ import annotations
 import math
 import time
 import warnings
-from collections import defaultdict
 
 import torch
 from torch import Tensor
@@ -109,7 +108,8 @@ class Learner:
         self.loss_name = loss_name
         self.loss_fn = get_policy_loss(loss_name)
         self.loss_kwargs = dict(loss_kwargs or {})
-        self.loss_agg = check_loss_kwargs(self.loss_fn, loss_name, self.loss_kwargs, self.ref_model is not None)
+        self.loss_agg, self._metric_names = check_loss_kwargs(self.loss_fn, loss_name, self.loss_kwargs,
+                                                              self.ref_model is not None)
 
         self._params = list(sharding.trainable(self.model))
         if not self._params:
@@ -154,28 +154,29 @@ class Learner:
                 f"batch has {len(batch)} sequence(s) but num_minibatches={self.num_minibatches}; "
                 "pass at least one sequence per mini-batch or lower num_minibatches"
             )
-        batch = batch.to("cpu")  # micro-batches move to the device one at a time
+        batch = batch.to("cpu")  # only this rank's micro-batches go to the device
         spans = _spans(batch.attention_mask)
         order = torch.randperm(len(batch), generator=self.generator)
         plans = [plan_minibatch(idx.tolist(), spans, self.group.world_size, self.micro_batch_tokens)
                  for idx in torch.tensor_split(order, self.num_minibatches)]
         mine = [plan.per_rank[self.group.rank] for plan in plans]
+        parts = [[self._window(batch, mb) for mb in share] for share in mine]  # cut and moved once per step
 
         self._set_train_mode()
         with torch.no_grad():  # θ_old (and reference) log-probs, in the same micro-batch shapes as below
-            old = [[self._logprobs(self.model, self._window(batch, mb)) for mb in share] for share in mine]
-            ref = [[self._logprobs(self.ref_model, self._window(batch, mb)) if self.ref_model is not None else None
-                    for mb in share] for share in mine]
-            self.last_agreement = self._agreement(batch, mine, old)
+            old = [[self._logprobs(self.model, part) for part in row] for row in parts]
+            ref = [[self._logprobs(self.ref_model, part) if self.ref_model is not None else None for part in row]
+                   for row in parts]
+            self.last_agreement = self._agreement(len(batch), mine, parts, old)
 
         per_mb: list[dict[str, float]] = []
         tokens_per_mb: list[float] = []
         skipped = 0
-        for plan, share, old_lps, ref_lps in zip(plans, mine, old, ref):
+        for plan, share, row, old_lps, ref_lps in zip(plans, mine, parts, old, ref):
             rows = torch.tensor(plan.rows)
             units = float(aggregation_units(batch.loss_mask[rows], self.loss_agg))
             tokens = float(batch.loss_mask[rows].sum())
-            metrics, grad_norm = self._update(batch, share, old_lps, ref_lps, units, tokens)
+            metrics, grad_norm = self._update(share, row, old_lps, ref_lps, units, tokens)
             if math.isfinite(grad_norm):
                 self.optimizer.step()
                 self.num_optimizer_steps += 1
@@ -205,7 +206,7 @@ class Learner:
         )
         return out
 
-    def _update(self, batch: TrainBatch, share, old_lps, ref_lps, units: float, tokens: float):
+    def _update(self, share, parts, old_lps, ref_lps, units: float, tokens: float):
         """Accumulate one mini-batch's gradients over this rank's micro-batches; return (metrics, grad norm).
 
         Each pass's loss is weighted by units(part) / units(mini-batch, all ranks): summed over passes and
@@ -213,10 +214,11 @@ class Learner:
         """
         self.optimizer.zero_grad(set_to_none=True)
         scale = self.group.world_size if self.sharded else 1
-        sums: dict[str, float] = defaultdict(float)
-        maxima: dict[str, float] = {}
-        for mb, old_lp, ref_lp in zip(share, old_lps, ref_lps):
-            part = self._window(batch, mb)
+        # Every rank reduces the same keys, including a rank whose passes are all fillers.
+        max_keys = [k for k in self._metric_names if k.endswith("_max")]
+        sums = dict.fromkeys(["loss", *(k for k in self._metric_names if k not in max_keys)], 0.0)
+        maxima = dict.fromkeys(max_keys, -math.inf)
+        for mb, part, old_lp, ref_lp in zip(share, parts, old_lps, ref_lps):
             loss, metrics = self.loss_fn(
                 self._logprobs(self.model, part), old_lp, part.sampler_logprobs, part.advantages, part.loss_mask,
                 ref_logprobs=ref_lp, **self.loss_kwargs,
@@ -229,13 +231,12 @@ class Learner:
             part_tokens = float(part.loss_mask.sum())
             sums["loss"] += float(loss.detach()) * part_units
             for key, value in metrics.items():
-                if key.endswith("_max"):
-                    maxima[key] = max(maxima.get(key, value), value)
+                if key in maxima:
+                    maxima[key] = max(maxima[key], value)
                 else:
                     sums[key] += value * (part_units if key in LOSS_LIKE_METRICS else part_tokens)
-        keys = sorted(sums)
+        keys = list(sums)
         totals = dict(zip(keys, sharding.all_reduce([sums[k] for k in keys], self.group)))
-        max_keys = sorted(maxima)
         metrics = {k: v / max(units if k == "loss" or k in LOSS_LIKE_METRICS else tokens, 1.0)
                    for k, v in totals.items()}
         metrics.update(zip(max_keys, sharding.all_reduce([maxima[k] for k in max_keys], self.group, op="max")))
@@ -254,20 +255,19 @@ class Learner:
         with sharding.compute_context(self.precision, self.device, self.sharded):
             return self._scorers[id(model)](mb.input_ids, mb.attention_mask, self.temperature)
 
-    def _agreement(self, batch: TrainBatch, mine, old) -> dict[str, Tensor]:
-        """Per-sequence θ_old vs sampler log-prob sums (``runtime.agreement``), [B] each, in batch order."""
+    def _agreement(self, size: int, mine, parts, old) -> dict[str, Tensor]:
+        """Per-sequence θ_old vs sampler log-prob sums (``runtime.agreement``), [size] each, in batch order."""
         from echo2_sdk.runtime.learning.agreement import sequence_agreement
 
-        out: dict[str, Tensor] = {}
-        for share, old_lps in zip(mine, old):
-            for mb, old_lp in zip(share, old_lps):
+        keys = sorted(sequence_agreement(*(torch.zeros(1, 1),) * 3))  # the same on every rank, rows or not
+        out = {k: torch.zeros(size) for k in keys}
+        for share, row, old_lps in zip(mine, parts, old):
+            for mb, part, old_lp in zip(share, row, old_lps):
                 if mb.weight == 0:
                     continue
-                part = self._window(batch, mb)
                 for key, values in sequence_agreement(old_lp, part.sampler_logprobs, part.loss_mask).items():
-                    out.setdefault(key, torch.zeros(len(batch)))[torch.tensor(mb.rows)] = values.float().cpu()
-        keys = sorted(sequence_agreement(*(torch.zeros(1, 1),) * 3))  # the same on every rank, rows or not
-        return {k: sharding.all_reduce_tensor(out.get(k, torch.zeros(len(batch))), self.group) for k in keys}
+                    out[key][torch.tensor(mb.rows)] = values.float().cpu()
+        return {k: sharding.all_reduce_tensor(v, self.group) for k, v in out.items()}
 
     def _set_train_mode(self) -> None:
         if self.gradient_checkpointing:  # HF only checkpoints in train mode

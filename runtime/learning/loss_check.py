@@ -9,8 +9,10 @@ from typing import Callable
 import torch
 
 
-def check_loss_kwargs(loss_fn: Callable, loss_name: str, loss_kwargs: dict, has_ref: bool) -> str:
-    """Validate ``loss_kwargs`` against ``loss_fn``'s keyword parameters; return its ``loss_agg``.
+def check_loss_kwargs(loss_fn: Callable, loss_name: str, loss_kwargs: dict,
+                      has_ref: bool) -> tuple[str, tuple[str, ...]]:
+    """Validate ``loss_kwargs`` against ``loss_fn``'s keyword parameters; return its ``loss_agg`` and the
+    names of the metrics it reports (every rank reduces the same list, even one that trains only fillers).
 
     A loss without a ``loss_agg`` parameter is taken to be a token mean (what micro-batch weighting
     then assumes). Raises TypeError for an unknown key (with the closest name) and ValueError for a KL
@@ -31,6 +33,7 @@ def check_loss_kwargs(loss_fn: Callable, loss_name: str, loss_kwargs: dict, has_
         raise ValueError(f"loss_kwargs kl_coef={kl_coef} needs a reference model; pass ref_model=... "
                          "(a frozen copy of the initial policy) or set kl_coef=0")
     z = torch.zeros(1, 1)
-    loss_fn(z, z, z, z, torch.ones(1, 1), ref_logprobs=z, **loss_kwargs)
+    _, metrics = loss_fn(z, z, z, z, torch.ones(1, 1), ref_logprobs=z, **loss_kwargs)
     agg_param = params.get("loss_agg")
-    return str(loss_kwargs.get("loss_agg", agg_param.default if agg_param is not None else "token-mean"))
+    loss_agg = str(loss_kwargs.get("loss_agg", agg_param.default if agg_param is not None else "token-mean"))
+    return loss_agg, tuple(sorted(metrics))

@@ -61,7 +61,7 @@ class MemoryPlan:
 
     def describe(self) -> str:
         parts = [("weights", self.weights), ("grads", self.gradients), ("optimizer", self.optimizer),
-                 ("bf16 copies", self.compute_copies), ("reference", self.reference),
+                 ("compute copies", self.compute_copies), ("reference", self.reference),
                  ("activations", self.activations), ("logit head", self.head)]
         body = ", ".join(f"{name} {value / GIB:.2f}" for name, value in parts if value)
         return f"{body}; total {self.total / GIB:.2f} GiB"
@@ -82,13 +82,12 @@ def estimate(shapes: ModelShapes, *, num_ranks: int, precision: str, micro_batch
     p = shapes.num_params
     sharded = num_ranks > 1
     weights = master * p // num_ranks
-    if precision == "bf16-mixed":
-        layer_params = (p - shapes.vocab * shapes.hidden) // max(shapes.layers, 1)
-        # sharded: ~two gathered layers plus the gathered embedding/head; one rank: autocast's cached casts
-        copies = 2 * (2 * layer_params + shapes.vocab * shapes.hidden) if sharded else 2 * p
-    else:
-        copies = compute * (2 * (p - shapes.vocab * shapes.hidden) // max(shapes.layers, 1)
-                            + shapes.vocab * shapes.hidden) if sharded else 0
+    head_params = shapes.vocab * shapes.hidden
+    layer_params = (p - head_params) // max(shapes.layers, 1)
+    if sharded:  # FSDP gathers about two layers at a time, plus the embedding/head, in the compute dtype
+        copies = compute * (2 * layer_params + head_params)
+    else:  # one rank: autocast caches a bf16 cast of every weight it touches
+        copies = 2 * p if precision == "bf16-mixed" else 0
     per_token_layer = 10 * shapes.hidden + 4 * shapes.kv_dim + 4 * shapes.intermediate
     if gradient_checkpointing:
         activations = micro_batch_tokens * compute * (shapes.hidden * shapes.layers + per_token_layer)

@@ -49,9 +49,9 @@ class LearnerRank:
         self.learner, _ = self.spec.build("cuda" if use_cuda else "cpu", group, log=lines.append)
         return "\n".join(lines)
 
-    def train_step(self, batch: TrainBatch) -> tuple[dict[str, float], dict[str, Tensor] | None]:
+    def train_step(self, batch: TrainBatch) -> tuple[dict[str, float], dict[str, Tensor] | None, int]:
         metrics = self.learner.train_step(batch)
-        return metrics, (self.learner.last_agreement if self.rank == 0 else None)
+        return metrics, (self.learner.last_agreement if self.rank == 0 else None), self.learner.num_optimizer_steps
 
     def rollout_state(self) -> dict[str, Tensor]:
         return self.learner.state_dict_for_rollout()
@@ -114,10 +114,9 @@ class RankedLearner:
         batch.validate()
         ref = ray.put(batch)
         results = ray.get([r.train_step.remote(ref) for r in self.ranks])
-        metrics, agreement = results[0]
+        metrics, agreement, self.num_optimizer_steps = results[0]
         self.last_agreement = agreement or {}
         self.version = int(metrics["version"])
-        self.num_optimizer_steps += int(self.spec.num_minibatches - metrics.get("skipped_updates", 0))
         return metrics
 
     def state_dict_for_rollout(self) -> dict[str, Tensor]:
