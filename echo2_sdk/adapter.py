@@ -107,7 +107,10 @@ class BaseTaskAdapter(abc.ABC):
         """Examples of ``split`` (one of ``"sft"``, ``"train"``, ``"eval"``), deterministic under seed."""
 
     def build_messages(self, example: Example) -> list[dict[str, str]]:
-        """Chat messages of the prompt x (the generation prompt is added by the tokenizer)."""
+        """Chat messages of the prompt x (the generation prompt is added by the tokenizer).
+
+        A function of the example alone (no per-process randomness): the learner renders it too and
+        refuses a group whose prompt ids differ from its own (``prompt_mismatch``)."""
         messages = []
         if self.system_prompt:
             messages.append({"role": "system", "content": self.system_prompt})

@@ -30,6 +30,8 @@ from typing import Callable
 import torch
 from torch import Tensor
 
+from echo2_sdk.corrections import get_correction, log_ratio
+
 AdvantageFn = Callable[..., Tensor]
 PolicyLossFn = Callable[..., tuple]
 
@@ -198,6 +200,9 @@ def grpo_policy_loss(
     tis_cap: float | None = 2.0,
     kl_coef: float = 0.0,
     loss_agg: str = "token-mean",
+    correction: str = "tis",
+    is_low: float = 0.5,
+    is_high: float = 2.0,
 ) -> tuple[Tensor, dict[str, float]]:
     """GRPO loss for one mini-batch.
 
@@ -218,13 +223,16 @@ def grpo_policy_loss(
         tis_cap: truncation C of the importance weight; None turns the correction off (w = 1).
         kl_coef: beta, weight of the k3 KL penalty; 0 disables it.
         loss_agg: "token-mean" or "seq-mean-token-mean" (see below).
+        correction: the registered off-policy correction giving w_t (``echo2_sdk.corrections``: ``tis``,
+            ``none``, ``icepop``, ``seq_mask_tis``); ``tis`` with ``tis_cap=None`` is ``none``.
+        is_low, is_high: the ratio band of the masking corrections (``icepop``, ``seq_mask_tis``).
 
     Per kept token t (logs clamped to [-20, 20] before exp):
 
         r_t    = exp(logprobs_t - old_logprobs_t)
         pg_t   = max(-A_t * r_t, -A_t * clip(r_t, 1 - eps_low, 1 + eps_high))
         rho_t  = exp(old_logprobs_t - sampler_logprobs_t)
-        w_t    = min(rho_t, C)        (detached; w_t = 1 when tis_cap is None)
+        w_t    = min(rho_t, C)        (detached; w_t = 1 when tis_cap is None; other corrections mask)
         kl_t   = exp(ref_t - logprobs_t) - (ref_t - logprobs_t) - 1      (k3 estimator, >= 0)
         loss_t = w_t * pg_t + kl_coef * kl_t
 
@@ -243,14 +251,19 @@ def grpo_policy_loss(
         pg_loss and kl (aggregated like the loss; kl unscaled by kl_coef, 0 without ref),
         clip_frac (fraction of kept tokens where the clipped branch was the active one),
         ratio_mean (token mean of r), tis_mean / tis_max (token mean / max of w; of the raw rho
-        when tis_cap is None, for monitoring), tis_trunc_frac (fraction of kept tokens with
-        rho > C). Token statistics are over kept tokens whatever `loss_agg` is; all are 0 when
-        no token is kept.
+        when no correction is applied, for monitoring), tis_trunc_frac (fraction of kept tokens with
+        rho > C), is_masked_frac (fraction of kept tokens a masking correction dropped). Token
+        statistics are over kept tokens whatever `loss_agg` is; all are 0 when no token is kept.
     """
     _check_inputs(
         logprobs, old_logprobs, sampler_logprobs, advantages, loss_mask, ref_logprobs,
         clip_eps_low, clip_eps_high, tis_cap, kl_coef, loss_agg,
     )
+    if correction == "tis" and tis_cap is None:
+        correction = "none"  # the long-standing meaning of tis_cap: null
+    correct = get_correction(correction)
+    if not 0 < is_low <= 1 <= is_high:
+        raise ValueError(f"is_low={is_low}, is_high={is_high} must satisfy 0 < is_low <= 1 <= is_high, e.g. 0.5 and 2")
     mask = loss_mask.to(torch.float32)
     keep = mask > 0
     zero = torch.zeros((), dtype=torch.float32, device=mask.device)
@@ -271,17 +284,13 @@ def grpo_policy_loss(
     pg_tokens = torch.maximum(surrogate, surrogate_clipped)
     clipped = (surrogate_clipped > surrogate) & keep
 
-    # Truncated importance sampling sampler -> old (detached).
+    # Off-policy correction sampler -> old (detached): truncated or masked importance weights.
     with torch.no_grad():
-        rho = torch.exp((old - sampler).clamp(-_LOG_RATIO_CLAMP, _LOG_RATIO_CLAMP))
-        if tis_cap is None:
-            weight = torch.ones_like(rho)
-            reported_weight = rho
-            truncated = torch.zeros_like(keep)
-        else:
-            weight = rho.clamp(max=tis_cap)
-            reported_weight = weight
-            truncated = (rho > tis_cap) & keep
+        rho = torch.exp(log_ratio(old, sampler, keep))
+        weight = correct(old, sampler, keep, cap=tis_cap, low=is_low, high=is_high)
+        reported_weight = rho if correction == "none" else weight
+        truncated = (rho > tis_cap) & keep if tis_cap is not None and correction != "none" else torch.zeros_like(keep)
+        masked = keep & (weight == 0)
     pg_tokens = weight * pg_tokens
 
     # k3 KL to the frozen reference.
@@ -308,9 +317,11 @@ def grpo_policy_loss(
                 (reported_weight * mask).sum() / denom,
                 torch.where(keep, reported_weight, zero).max() if keep.any() else zero,
                 truncated.float().sum() / denom,
+                masked.float().sum() / denom,
             ]
         ).tolist()
-    names = ("pg_loss", "kl", "clip_frac", "ratio_mean", "tis_mean", "tis_max", "tis_trunc_frac")
+    names = ("pg_loss", "kl", "clip_frac", "ratio_mean", "tis_mean", "tis_max", "tis_trunc_frac",
+             "is_masked_frac")
     return loss, dict(zip(names, stats))
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -120,6 +121,32 @@ class AlgoConfig:
     """Coefficient of the k3 KL to the frozen reference; 0 loads no reference model."""
     loss_agg: Literal["token-mean", "seq-mean-token-mean"] = "token-mean"
     """Loss aggregation over tokens."""
+    correction: Literal["tis", "none", "icepop", "seq_mask_tis"] = "tis"
+    """Off-policy correction of stale samples (``echo2_sdk.corrections``): ``tis`` (min(ρ, tis_cap)),
+    ``none``, ``icepop`` (token ρ kept only inside [is_low, is_high]) or ``seq_mask_tis`` (sequences whose
+    geometric-mean ρ leaves [is_low, is_high] are dropped, TIS on the rest)."""
+    is_low: float = 0.5
+    """Lower edge of the importance-ratio band of the masking corrections."""
+    is_high: float = 2.0
+    """Upper edge of that band."""
+
+    def __post_init__(self) -> None:
+        # These fail late otherwise (a NaN loss, an optimizer error) or train away from the reward.
+        if not (self.lr > 0 and math.isfinite(self.lr)):
+            raise ConfigError(f"algo.lr={self.lr} must be a finite number > 0, e.g. 1e-6 for a 7B model or 3e-4 "
+                              "for the tiny one")
+        for name in ("weight_decay", "clip_eps_low", "clip_eps_high", "kl_coef"):
+            value = getattr(self, name)
+            if not (value >= 0 and math.isfinite(value)):
+                raise ConfigError(f"algo.{name}={value} must be a finite number >= 0")
+        if not self.max_grad_norm > 0:
+            raise ConfigError(f"algo.max_grad_norm={self.max_grad_norm} must be > 0 (e.g. 1.0); use a large value "
+                              "to clip rarely")
+        if not 0 < self.is_low <= 1 <= self.is_high:
+            raise ConfigError(f"algo.is_low={self.is_low}, algo.is_high={self.is_high} must satisfy "
+                              "0 < is_low <= 1 <= is_high, e.g. 0.5 and 2.0")
+        if self.tis_cap is not None and not self.tis_cap > 0:
+            raise ConfigError(f"algo.tis_cap={self.tis_cap} must be > 0 (e.g. 2.0), or null to disable TIS")
 
 
 @dataclass(frozen=True)
@@ -184,12 +211,38 @@ class BroadcastConfig:
     each worker advertises its own node's IP)."""
     port_range: tuple[int, int] | None = None
     """Ports the broadcast listens on, ``[first, last]`` inclusive: the learner's control server and
-    source node take two, every worker one (on its node); open them in the firewall. Null: the OS picks
+    source node take two (three with ``delta``: the full-snapshot node), every worker one (on its node);
+    open them in the firewall. Null: the OS picks
     free ephemeral ports."""
     receive_timeout_s: float = 600.0
     """A worker gives up on a snapshot version it has not fully received after this long."""
+    delta: bool | None = None
+    """Publish only what changed: the XOR of the snapshot's bits against a version every worker holds,
+    compressed, installed only if the result hashes to the full snapshot's SHA-256 (else that worker
+    fetches the full one from the learner). Null (default): on where it pays — 16-bit snapshots
+    (``model.dtype`` bfloat16/float16) of float32 masters, whose values mostly stay put at RL learning
+    rates (measured: under 1 % of the bytes at lr 1e-6) — and off for float32 snapshots, where every
+    value changes. A delta larger than ``delta_max_fraction`` is sent full anyway; ``transport:
+    object_store`` always sends full snapshots. Costs the learner 3 snapshots of host memory, each
+    worker 2 (its delta bases), and the learner one more port."""
+    delta_max_fraction: float = 0.5
+    """Send the full snapshot when the compressed delta is larger than this fraction of it (0 < f ≤ 1)."""
+    delta_keyframe_every: int = 0
+    """Send a full snapshot every K publishes (0: never; every install is hash-checked against the full
+    snapshot, so errors cannot accumulate — keyframes only bound how long a worker that keeps failing
+    deltas relies on the fallback fetch)."""
+    delta_zstd_level: int = 3
+    """zstd level of delta compression (1-22; higher: slower encode, little smaller at these densities)."""
 
     def __post_init__(self) -> None:
+        if not 0 < self.delta_max_fraction <= 1:
+            raise ConfigError(f"broadcast.delta_max_fraction={self.delta_max_fraction} must be in (0, 1]; "
+                              "e.g. 0.5 sends a full snapshot when the delta is over half its size")
+        if self.delta_keyframe_every < 0:
+            raise ConfigError(f"broadcast.delta_keyframe_every={self.delta_keyframe_every} must be ≥ 0 "
+                              "(0: no periodic full snapshots)")
+        if not 1 <= self.delta_zstd_level <= 22:
+            raise ConfigError(f"broadcast.delta_zstd_level={self.delta_zstd_level} must be in 1..22; 3 is the default")
         if self.port_range is not None and not 0 < self.port_range[0] <= self.port_range[1] < 65536:
             raise ConfigError(f"broadcast.port_range={list(self.port_range)} must be [first, last] with "
                               "0 < first ≤ last < 65536, e.g. [47000, 47099]; or null for ports the OS picks")
@@ -201,6 +254,9 @@ class BroadcastConfig:
                 raise ConfigError(f"broadcast.{name}={value} must be > 0 Mbit/s, or null for an unshaped link")
 
 
+GROUP_RELATIVE = ("grpo", "dr_grpo")
+"""Built-in advantage estimators that compare a sample with the others of its group (0 for a group of one)."""
+
 REPORT_TO = ("tensorboard", "wandb")
 """Experiment trackers ``train.report_to`` accepts."""
 
@@ -208,13 +264,18 @@ REPORT_TO = ("tensorboard", "wandb")
 @dataclass(frozen=True)
 class TrainConfig:
     steps: int = 100
-    """Learner steps (each = ``algo.num_minibatches`` optimizer updates; the version +1 per step)."""
+    """Learner steps (each = ``algo.num_minibatches`` optimizer updates; the version +1 per step); ≥ 1."""
     prompts_per_step: int = 16
     """Prompts (groups) consumed per learner step; samples per step = this × samples_per_prompt."""
     seed: int = 0
     """Seed of data order, sampling and initialization."""
     checkpoint_every: int = 50
-    """Checkpoint every K learner steps (and at the end); 0 disables periodic checkpoints."""
+    """Checkpoint every K learner steps (and at the end, or when SIGINT/SIGTERM stops the run); 0 disables
+    periodic checkpoints."""
+    keep_checkpoints: int | None = None
+    """Keep only the newest K checkpoints of the run (older ``checkpoints/step_*`` folders are deleted once a
+    newer one is complete); null keeps them all. K ≥ 1; 2 or more leaves a fallback should the newest
+    one be damaged."""
     eval_every: int = 0
     """Evaluate on the held-out split every K steps (and before/after training); 0: only before/after."""
     eval_max_examples: int | None = 100
@@ -235,6 +296,19 @@ class TrainConfig:
     """W&B project of the run (with ``report_to: [wandb]``)."""
 
     def __post_init__(self) -> None:
+        if self.steps < 1:
+            raise ConfigError(f"train.steps={self.steps} must be >= 1 (learner steps); to only evaluate a model "
+                              "use `echo2 eval`, to continue a run `echo2 train --resume RUN_DIR`")
+        for name in ("checkpoint_every", "eval_every"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"train.{name}={getattr(self, name)} must be >= 0 (0 disables it)")
+        if self.keep_checkpoints is not None and self.keep_checkpoints < 1:
+            raise ConfigError(f"train.keep_checkpoints={self.keep_checkpoints} must be >= 1 (checkpoints kept), "
+                              "or null to keep every checkpoint")
+        if self.eval_samples < 1:
+            raise ConfigError(f"train.eval_samples={self.eval_samples} must be >= 1 (k of avg@k)")
+        if not self.eval_temperature >= 0:
+            raise ConfigError(f"train.eval_temperature={self.eval_temperature} must be >= 0 (0 = greedy)")
         for name in self.report_to:
             if name not in REPORT_TO:
                 close = difflib.get_close_matches(str(name), REPORT_TO, n=1)
@@ -281,6 +355,11 @@ class Echo2Config:
         check_unique([w.name for w in self.rollout.workers], "rollout.workers")
         if not self.rollout.workers and self.rollout.num_workers < 1:
             raise ConfigError(f"rollout.num_workers must be ≥ 1, got {self.rollout.num_workers}")
+        if self.rollout.samples_per_prompt == 1 and self.algo.grouping == "prompt" and self.algo.advantage in GROUP_RELATIVE:
+            raise ConfigError(
+                f"rollout.samples_per_prompt=1 with algo.grouping=prompt and algo.advantage={self.algo.advantage}: "
+                "each group holds one sample, so every advantage is 0 and nothing is learned; set "
+                "rollout.samples_per_prompt >= 2 (e.g. 8), or algo.grouping=batch")
         samples = self.train.prompts_per_step * self.rollout.samples_per_prompt
         if samples < self.algo.num_minibatches:
             raise ConfigError(
@@ -345,7 +424,10 @@ def _absolute_task_file(data: dict, base: Path) -> None:
 def validate_task_options(cfg: Echo2Config) -> None:
     from echo2_sdk.registry import get_task_class
 
-    cls = get_task_class(cfg.task.name)
+    try:
+        cls = get_task_class(cfg.task.name)
+    except ImportError as exc:  # a missing or broken task file, a missing package: the user's to fix
+        raise ConfigError(f"task.name={cfg.task.name!r}: {exc}") from exc
     build_dataclass(cls.Options, dict(cfg.task.options), path="task.options")
 
 

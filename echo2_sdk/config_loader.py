@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import re
 import types
 import typing
+from pathlib import Path
 from typing import Any, Mapping
 
 import yaml
@@ -17,6 +19,28 @@ import yaml
 
 class ConfigError(ValueError):
     """A config value or key is invalid. The message says where, what and how to fix it."""
+
+
+class NumberLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, reading numbers in the forms people write.
+
+    YAML 1.1 (what PyYAML implements) reads ``1e-6`` and ``3e-4`` as *strings*: its float needs a dot
+    (``1.0e-6``). Every user types the short form, so a plain decimal mantissa with an exponent is a
+    float here too (``1_000`` and ``1_000.5`` already were numbers). Used for config files and ``--set``
+    values alike, so that both read the same text the same way.
+    """
+
+
+NumberLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+$"),
+    list("-+.0123456789"),
+)
+
+
+def load_yaml_text(stream: Any) -> Any:
+    """``yaml.safe_load`` with :class:`NumberLoader` (``1e-6`` is a number)."""
+    return yaml.load(stream, Loader=NumberLoader)
 
 
 def _type_name(tp: Any) -> str:
@@ -135,7 +159,7 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     if not sep or not key.strip():
         raise ConfigError(f"--set {text!r}: expected KEY=VALUE, e.g. --set train.steps=50")
     try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
+        value = load_yaml_text(raw) if raw.strip() else ""
     except yaml.YAMLError as exc:
         raise ConfigError(f"--set {text!r}: value is not valid YAML ({exc})") from exc
     return key.strip().split("."), value
@@ -161,16 +185,30 @@ def read_yaml_file(path: str, what: str = "config file", example: str | None = N
     """The YAML document in ``path``; a ConfigError naming ``what`` (and an example) when it is missing or broken."""
     try:
         with open(path) as fh:
-            return yaml.safe_load(fh)
+            return load_yaml_text(fh)
     except FileNotFoundError:
         hint = f" (example: {example})" if example else ""
         raise ConfigError(f"{what} {path!r} does not exist{hint}") from None
+    except IsADirectoryError:
+        inside = sorted(p.name for p in Path(path).glob("*.y*ml"))[:3]
+        hint = f", e.g. {str(Path(path) / inside[0])!r}" if inside else ""
+        raise ConfigError(f"{what} {path!r} is a directory; give the YAML file{hint}") from None
+    except PermissionError:
+        raise ConfigError(f"{what} {path!r} is not readable (permission denied); check its permissions") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"{what} {path!r} is not a text file; give a YAML file") from None
     except yaml.YAMLError as exc:
         raise ConfigError(f"{what} {path!r} is not valid YAML: {exc}") from exc
 
 
 def load_yaml(path: str) -> dict:
-    data = read_yaml_file(path) or {}
+    """The mapping in the config file ``path``. An empty file is refused rather than read as "all defaults":
+    it is nearly always a wrong or unsaved file, and would start a default run (arith, 100 steps) that
+    looks like the intended one. ``{}`` says "all defaults" on purpose (as does leaving out ``--config``)."""
+    data = read_yaml_file(path)
+    if data is None:
+        raise ConfigError(f"config file {path!r} is empty (no YAML document), which would silently train with "
+                          "all defaults; check the path, or write `{}` in it to use the defaults on purpose")
     if not isinstance(data, dict):
         raise ConfigError(f"config file {path!r} must hold a mapping at top level, got {type(data).__name__}")
     return data

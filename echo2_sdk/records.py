@@ -116,7 +116,13 @@ REJECT_REASONS = (
     "bad_mask",
     "version_mismatch",
     "wrong_type",
+    "empty_prompt",
+    "out_of_range",
 )
+
+MAX_TOKEN_ID = 2**31 - 1
+"""Token ids above this are refused even when the vocabulary size is not known (they could not index an
+embedding table, and an arbitrary JSON integer would overflow the learner's int64 tensors)."""
 
 
 @dataclass(frozen=True)
@@ -125,6 +131,15 @@ class RecordLimits:
 
     max_total_tokens: int = 32768
     vocab_size: int | None = None
+    max_completion_tokens: int | None = None
+    """Single-turn tasks: the sampler's ``max_new_tokens`` (no honest completion is longer). None for
+    multi-turn tasks, whose completion also holds environment turns (``max_total_tokens`` bounds it)."""
+    max_abs_reward: float = 1e9
+    """|r| above this is refused: far beyond any task's scale, and far below where float32 advantages
+    (squares of reward differences) overflow."""
+    min_logprob: float = -1e4
+    """A trained token's sampler log-prob below this is refused (a sampled token is never that unlikely,
+    and float32 must hold the value: -1e308 would become -inf in the learner's batch)."""
 
 
 def validate_rollout(
@@ -145,6 +160,8 @@ def validate_rollout(
     n = len(rec.completion_ids)
     if n == 0:
         return "empty_completion: completion has no tokens"
+    if not rec.prompt_ids:  # the first completion token is predicted from the last prompt position
+        return "empty_prompt: prompt has no tokens"
     if len(rec.sampler_logprobs) != n:
         return f"length_mismatch: {len(rec.sampler_logprobs)} logprobs for {n} completion tokens"
     if len(rec.omega.loss_mask) != n:
@@ -153,19 +170,31 @@ def validate_rollout(
         return "bad_mask: loss_mask entries must be 0 or 1"
     if not any(rec.omega.loss_mask):
         return "bad_mask: loss_mask selects no token"
-    if not isinstance(rec.reward, (int, float)) or not math.isfinite(rec.reward):
-        return f"non_finite: reward={rec.reward!r}"
-    for lp, m in zip(rec.sampler_logprobs, rec.omega.loss_mask):
+    reward = _as_float(rec.reward)
+    if reward is None or not math.isfinite(reward):
+        return f"non_finite: reward={str(rec.reward)[:40]}"
+    if abs(reward) > limits.max_abs_reward:
+        return f"out_of_range: reward={reward!r} beyond ±{limits.max_abs_reward:g}"
+    for raw, m in zip(rec.sampler_logprobs, rec.omega.loss_mask):
+        lp = _as_float(raw)
+        if lp is None:  # even a masked-out entry must fit a float: the learner builds a tensor of them all
+            return f"out_of_range: sampler logprob {str(raw)[:40]} is not a float"
         if m and not (math.isfinite(lp) and lp <= 1e-4):
             return f"non_finite: sampler logprob {lp!r} on a trained token"
-    if not isinstance(rec.version, int) or rec.version < 0 or rec.version > newest_version:
-        return f"unknown_version: v={rec.version!r}, newest published is {newest_version}"
+        if m and lp < limits.min_logprob:
+            return f"out_of_range: sampler logprob {lp!r} below {limits.min_logprob:g} on a trained token"
+    if not _is_int(rec.version) or rec.version < 0 or rec.version > newest_version:
+        return f"unknown_version: v={str(rec.version)[:40]}, newest published is {newest_version}"
     if rec.num_tokens > limits.max_total_tokens:
         return f"oversize: {rec.num_tokens} tokens > max_total_tokens={limits.max_total_tokens}"
-    if limits.vocab_size is not None:
-        bad = [t for t in rec.prompt_ids + rec.completion_ids if not 0 <= t < limits.vocab_size]
-        if bad:
-            return f"oversize: token id {bad[0]} outside vocab of {limits.vocab_size}"
+    if limits.max_completion_tokens is not None and n > limits.max_completion_tokens:
+        return f"oversize: completion of {n} tokens > max_new_tokens={limits.max_completion_tokens}"
+    upper = limits.vocab_size if limits.vocab_size is not None else MAX_TOKEN_ID + 1
+    for t in rec.prompt_ids + rec.completion_ids:
+        if not _is_int(t):
+            return f"wrong_type: token id {str(t)[:40]} is not an integer"
+        if not 0 <= t < upper:
+            return f"oversize: token id {str(t)[:40]} outside vocab of {upper}"
     return None
 
 
@@ -263,6 +292,8 @@ def _mistyped_field(group: RolloutGroup) -> str | None:
         return "prompt_key"
     if not _is_int(group.version):
         return "version"
+    if not _is_number(group.t_generated):
+        return "t_generated"
     for r in group.rollouts:
         for name, ok in (("key", isinstance(r.prompt_key, (str, type(None)))),
                          ("group", isinstance(r.omega.group, (str, type(None)))),
@@ -283,3 +314,14 @@ def _is_number(value: object) -> bool:
 
 def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _as_float(value: object) -> float | None:
+    """``value`` as a float, or None when it is no number or does not fit one (JSON integers are
+    unbounded: ``float(10**400)`` raises)."""
+    if not _is_number(value):
+        return None
+    try:
+        return float(value)
+    except OverflowError:
+        return None

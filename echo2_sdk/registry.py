@@ -78,6 +78,9 @@ def _import_file(path: str, attr: str, spec: str) -> Any:
         module = importlib.import_module(module_name)
     except ImportError as exc:
         raise ImportError(f"cannot import task file {str(file)!r} (from {spec!r}): {exc}") from exc
+    except SyntaxError as exc:  # the user's file: say where, no traceback of ours is needed
+        raise ImportError(f"task file {exc.filename or str(file)!r} line {exc.lineno}: {exc.msg}; "
+                          "fix the Python syntax there (`python -m py_compile FILE` shows it)") from None
     loaded = getattr(module, "__file__", None)
     if loaded is None or Path(loaded).resolve() != file:
         raise ImportError(f"task file {str(file)!r}: the module name {module_name!r} is already taken by "

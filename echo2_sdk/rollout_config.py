@@ -177,6 +177,13 @@ class RolloutConfig:
 
     def __post_init__(self) -> None:
         check_resources_map(self.worker_resources, "rollout.worker_resources")
+        if not (self.temperature > 0 and math.isfinite(self.temperature)):
+            raise ConfigError(f"rollout.temperature={self.temperature} must be a finite number > 0, e.g. 1.0 (0 would be "
+                              "greedy: every sample of a prompt alike, so every advantage 0)")
+        if not 0 < self.top_p <= 1:
+            raise ConfigError(f"rollout.top_p={self.top_p} must be in (0, 1], e.g. 1.0 (no nucleus cut)")
+        if not self.reward_timeout_s > 0:
+            raise ConfigError(f"rollout.reward_timeout_s={self.reward_timeout_s} must be > 0 seconds, e.g. 5")
         if self.logprob_tolerance is not None and not (self.logprob_tolerance > 0 and math.isfinite(self.logprob_tolerance)):
             raise ConfigError(f"rollout.logprob_tolerance={self.logprob_tolerance!r} must be a finite number > 0 "
                               "(nats per token, e.g. 0.1) or null to never flag")

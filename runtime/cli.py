@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
+import signal
 import sys
 from pathlib import Path
 
@@ -35,9 +37,17 @@ def _load(args: argparse.Namespace):
         overrides.insert(0, f"task.name={args.task}")
     if getattr(args, "resume", None) and not args.config:
         saved = Path(args.resume) / "config.yaml"
-        if saved.exists():
-            path = str(saved)
+        if not saved.is_file():  # never fall back to the defaults: that would be another run
+            raise ConfigError(f"--resume {args.resume!r}: {_resume_problem(args.resume)}")
+        path = str(saved)
     return load_config(path, overrides)
+
+
+def _resume_problem(run_dir: str) -> str:
+    if not Path(run_dir).is_dir():
+        return ("no such run directory; give the folder of an earlier run (runs/<time>-<task>), the one its "
+                "`echo2 train` printed")
+    return "it holds no config.yaml, so it is not an echo2 run directory; pass the run's --config FILE too"
 
 
 def _add_config_args(p: argparse.ArgumentParser) -> None:
@@ -49,6 +59,9 @@ def _add_config_args(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
+    if args.resume and not Path(args.resume).is_dir():  # before anything is read or created
+        print(f"echo2 train: --resume {args.resume!r}: {_resume_problem(args.resume)}", file=sys.stderr)
+        return 2
     cfg = _load(args)
     from echo2_sdk.runtime.driver.launch import learner_placement, train
     from echo2_sdk.runtime.driver.rundir import default_run_dir
@@ -62,20 +75,41 @@ def cmd_train(args: argparse.Namespace) -> int:
         print(f"echo2 train: {exc}", file=sys.stderr)
         return 2
 
+    from echo2_sdk.runtime.driver.rundir import RunDirError
+    from echo2_sdk.runtime.driver.stop import exit_code
+    from echo2_sdk.runtime.learning.checkpoint import CheckpointError
+
     run_dir = args.resume or args.run_dir or default_run_dir(cfg.task.name)
     print(f"echo2 train: task={cfg.task.name} model={cfg.model.name} mode={cfg.runtime.mode} "
           f"steps={cfg.train.steps} run_dir={run_dir}", flush=True)
+    resume_hint = f"echo2 train --resume {shlex.quote(str(run_dir))}"
     try:
         summary = train(cfg, run_dir, resume=bool(args.resume), ray_address=args.ray_address,
                         log=lambda m: print(m, flush=True))
-    except ResourceError as exc:  # cannot join the cluster, or no node offers the requested resources
+    except (ResourceError, RunDirError, CheckpointError) as exc:  # the cluster, the run directory, a checkpoint
         print(f"echo2 train: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt as exc:  # a second Ctrl-C, or one before training started
+        signum = getattr(exc, "signum", signal.SIGINT)
+        saved = any(Path(run_dir, "checkpoints").glob("step_*"))  # the newest complete one is kept
+        then = f"continue from its newest checkpoint with: {resume_hint}" if saved else "no checkpoint to resume from"
+        print(f"echo2 train: aborted by {signal.Signals(signum).name}; nothing more was saved; {then}", file=sys.stderr)
+        return exit_code(signum)
     keys = ("steps", "wall_s", "reward_first_10pct", "reward_last_10pct", "bubble_ratio", "staleness_max",
             "samples_accepted", "samples_dropped_stale", "samples_rejected")
     print(json.dumps({k: summary.get(k) for k in keys}, indent=1))
     where = f" (on the learner's node {summary['learner_node'][:12]})" if summary.get("learner_node") else ""
     print(f"run directory: {run_dir}{where}")
+    stopped = summary.get("stopped")
+    if stopped:
+        signum = signal.Signals[stopped["signal"]]
+        if stopped["checkpoint"]:
+            print(f"stopped by {stopped['signal']} at step {stopped['step']}/{cfg.train.steps} with checkpoint "
+                  f"{stopped['checkpoint']}; continue with: {resume_hint}", file=sys.stderr)
+        else:
+            print(f"stopped by {stopped['signal']} before the first step; nothing to resume (start the run again)",
+                  file=sys.stderr)
+        return exit_code(signum)
     return 0
 
 
@@ -293,6 +327,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyError as exc:  # unknown task / estimator names carry a full message
         print(f"echo2 {args.command}: {exc.args[0] if exc.args else exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # Ctrl-C outside a training run (while loading, in another subcommand)
+        print(f"echo2 {args.command}: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

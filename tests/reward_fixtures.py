@@ -66,3 +66,25 @@ class BrokenInitAdapter(TaskAdapter):
 
     def reward(self, example: Example, completion_text: str) -> float:
         return 0.0
+
+
+class SlowRewardAdapter(TaskAdapter):
+    """A reward that takes a minute for any text: the deadline, not the reward, must bound the wait."""
+
+    name = "slow-reward"
+
+    def examples(self, split: str):
+        return [Example(id=f"slow:{i}", prompt=f"say {i}", answer=str(i)) for i in range(2)]
+
+    def reward(self, example: Example, completion_text: str) -> float:
+        time.sleep(60)
+        return 1.0
+
+
+class RaisingRewardAdapter(ScriptedRewardAdapter):
+    """A reward with a bug: it raises on every completion."""
+
+    name = "raising-reward"
+
+    def reward(self, example: Example, completion_text: str) -> float:
+        raise KeyError("reward bug: no field 'answer_text'")

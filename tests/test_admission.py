@@ -93,13 +93,13 @@ def test_an_invalid_record_is_refused_alone_and_the_audit_sees_only_the_valid_on
 
 
 def test_checks_run_in_order_and_the_first_failure_names_the_reason():
-    audit = Audit(lies={"liar"})
+    audit = Audit(lies={"liar", "liar2"})
     g = gate(staleness=0, audit=audit)
     groups = [
         wire("p", worker="b", version=5),  # wrong worker and an unknown version: identity comes first
         wire("q", version=5, completion=("x",)),  # typed wrong and invalid: decoding comes first
         wire("liar", version=5),  # invalid and lying: validation comes first, the audit never sees it
-        wire("liar", version=0),  # lying and stale: the audit comes before the staleness bound
+        wire("liar2", version=0),  # lying and stale: the audit comes before the staleness bound
     ]
     g.admit("a", result(*groups), newest_version=4, learner_version=1)
     assert g.counters.reject_reasons == {"wrong_worker": 2, "malformed": 2, "unknown_version": 2,

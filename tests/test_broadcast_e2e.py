@@ -96,3 +96,16 @@ def test_sigkilled_worker_process_mid_chain():
     _assert_everyone_live_has_the_snapshot(result)
     assert result["live_workers"] == 3
     assert [(e["node"], e["failed"]) for e in result["repair_events"]] == [("w2", "w1")]
+
+
+@pytest.mark.slow
+def test_sigstopped_forwarder_process_is_bypassed_after_the_deadline():
+    """A hung machine, not a hung coroutine: the head of the chain's whole process is SIGSTOPped
+    mid-stream (its sockets stay open and the kernel keeps accepting for it); its child re-attaches."""
+    result = run_broadcast(BroadcastConfig(
+        workers=4, size_mb=8, worker_mbps=200, uplink_mbps=200, stripes=1, hosts=4, report_digest=True,
+        stall_timeout_s=1.0, faults={"w0": {"sigstop_at_fraction": 0.3}},
+    ))
+    _assert_everyone_live_has_the_snapshot(result)
+    assert result["live_workers"] == 3 and not result["per_worker"]["w0"]["installed"]
+    assert [(e["node"], e["failed"], e["new_parent"]) for e in result["repair_events"]] == [("w1", "w0", "source")]

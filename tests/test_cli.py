@@ -62,3 +62,34 @@ def test_train_rejects_an_unknown_algorithm_before_the_warm_start(tmp_path, caps
                  "--run-dir", str(run_dir)]) == 2
     assert message in capsys.readouterr().err
     assert not (run_dir / "base_model").exists()  # failed before the warm start wrote anything
+
+
+def _one_line_exit_2(argv, capsys, message):
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and "\n" not in err and "Traceback" not in err, err
+
+
+def test_resume_of_a_missing_run_is_one_line_and_creates_nothing(tmp_path, capsys):
+    _one_line_exit_2(["train", "--resume", str(tmp_path / "runs" / "typo")], capsys, "no such run directory")
+    assert not (tmp_path / "runs").exists()
+    (tmp_path / "not_a_run").mkdir()
+    _one_line_exit_2(["train", "--resume", str(tmp_path / "not_a_run")], capsys, "holds no config.yaml")
+    assert list((tmp_path / "not_a_run").iterdir()) == []
+
+
+def test_user_errors_of_train_are_one_line(tmp_path, capsys):
+    (tmp_path / "bad.py").write_text("def broken(:\n")
+    _one_line_exit_2(["train", "--set", f"task.name={tmp_path / 'bad.py'}:Task"], capsys, "line 1")
+    _one_line_exit_2(["train", "--config", str(tmp_path)], capsys, "is a directory")
+    (tmp_path / "file").write_text("")
+    _one_line_exit_2(["train", "--set", "train.steps=1", "--run-dir", str(tmp_path / "file" / "run")], capsys,
+                     "cannot create the run directory")
+
+
+def test_resume_of_a_run_whose_checkpoints_are_all_damaged_is_one_line(tmp_path, capsys):
+    run = tmp_path / "run"
+    (run / "checkpoints" / "step_2").mkdir(parents=True)
+    (run / "config.yaml").write_text("train:\n  steps: 4\n")
+    (run / "checkpoints" / "step_2" / "model.safetensors").write_bytes(b"x")
+    _one_line_exit_2(["train", "--resume", str(run)], capsys, "no intact checkpoint under")

@@ -165,3 +165,45 @@ def test_input_validation():
         grpo_policy_loss(logp, old, sampler, adv, mask * 0.5)
     with pytest.raises(ValueError, match="tis_cap=0"):
         grpo_policy_loss(logp, old, sampler, adv, mask, tis_cap=0)
+
+
+# ---- off-policy corrections (echo2_sdk.corrections), hand-computed --------------------------------
+def _weights(name: str, **kw):
+    from echo2_sdk.corrections import get_correction
+
+    # Two sequences of three tokens; rho = old / sampler per token; the last token of row 1 is masked out.
+    old = torch.log(torch.tensor([[0.6, 0.5, 0.4], [0.9, 0.8, 0.3]]))
+    sampler = torch.log(torch.tensor([[0.2, 0.5, 0.5], [0.3, 0.1, 0.9]]))
+    keep = torch.tensor([[True, True, True], [True, True, False]])
+    return get_correction(name)(old, sampler, keep, **kw)
+
+
+def test_tis_correction_truncates_each_token_ratio_at_the_cap():
+    # rho row 0 = 3, 1, 0.8; row 1 = 3, 8, (masked)
+    assert torch.allclose(_weights("tis", cap=2.0), torch.tensor([[2.0, 1.0, 0.8], [2.0, 2.0, 0.0]]))
+
+
+def test_icepop_keeps_rho_only_inside_the_band():
+    got = _weights("icepop", low=0.5, high=2.0)
+    assert torch.allclose(got, torch.tensor([[0.0, 1.0, 0.8], [0.0, 0.0, 0.0]]))
+
+
+def test_sequence_mask_drops_a_sequence_whose_geometric_mean_ratio_leaves_the_band():
+    # geometric means: row 0 (3 * 1 * 0.8)^(1/3) = 1.339 -> kept with TIS; row 1 (3 * 8)^(1/2) = 4.90 -> dropped
+    got = _weights("seq_mask_tis", cap=2.0, low=0.5, high=2.0)
+    assert torch.allclose(got, torch.tensor([[2.0, 1.0, 0.8], [0.0, 0.0, 0.0]]))
+
+
+def test_grpo_loss_with_a_masking_correction_reports_the_masked_fraction():
+    logp = torch.zeros(1, 4, requires_grad=True)
+    old = torch.log(torch.tensor([[0.5, 0.5, 0.5, 0.5]]))
+    sampler = torch.log(torch.tensor([[0.5, 0.1, 0.4, 0.9]]))  # rho 1, 5, 1.25, 0.556
+    adv = torch.ones(1, 4)
+    loss, m = grpo_policy_loss(logp, old, sampler, adv, torch.ones(1, 4), correction="icepop", clip_eps_high=10.0)
+    assert m["is_masked_frac"] == pytest.approx(0.25)  # only rho = 5 falls outside [0.5, 2]
+    loss.backward()
+    assert logp.grad[0, 1] == 0 and (logp.grad[0, [0, 2, 3]] != 0).all()
+    plain, m_tis = grpo_policy_loss(logp, old, sampler, adv, torch.ones(1, 4), clip_eps_high=10.0)
+    assert m_tis["is_masked_frac"] == 0.0 and m_tis["tis_max"] == pytest.approx(2.0)
+    with pytest.raises(ValueError, match="unknown off-policy correction"):
+        grpo_policy_loss(logp, old, sampler, adv, torch.ones(1, 4), correction="tiss")

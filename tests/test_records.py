@@ -40,10 +40,21 @@ def test_record_is_immutable_and_picklable():
         (dict(sampler_logprobs=None), "missing_field"),
         (dict(omega=None), "missing_field"),
         (dict(completion_ids=tuple(range(40)), sampler_logprobs=(-1.0,) * 40, omega=Omega((1,) * 40, "p")), "oversize"),
+        (dict(prompt_ids=()), "empty_prompt"),
+        (dict(reward=1e308), "out_of_range"),
+        (dict(reward=10**400), "non_finite"),  # an integer no float holds: refused, not an OverflowError
+        (dict(reward="1"), "non_finite"),
+        (dict(sampler_logprobs=(-0.5, -1e308)), "out_of_range"),
+        (dict(sampler_logprobs=(-0.5, -10**400), omega=Omega((1, 0), "p")), "out_of_range"),  # even masked out
+        (dict(completion_ids=(4, 5, 6, 7), sampler_logprobs=(-1.0,) * 4, omega=Omega((1,) * 4, "p")), "oversize"),
+        (dict(completion_ids=(4, 2**40)), "oversize"),  # no vocabulary given: still an id a tensor can hold
+        (dict(completion_ids=(4, "5")), "wrong_type"),
+        (dict(version=True), "unknown_version"),
     ],
 )
 def test_rejection_reasons(kw, code):
-    reason = validate_rollout(rec(**kw), newest_version=4, limits=RecordLimits(max_total_tokens=32))
+    reason = validate_rollout(rec(**kw), newest_version=4,
+                              limits=RecordLimits(max_total_tokens=32, max_completion_tokens=3))
     assert reason is not None and reason.startswith(code + ":"), reason
 
 

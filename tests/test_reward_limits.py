@@ -135,16 +135,21 @@ def _worker_result(cfg, text: str):
 
 
 def _evaluation_result(cfg, tokenizer, text: str, monkeypatch) -> dict:
-    """Score as held-out evaluation does: ``Trainer.evaluate`` with a backend that answers ``text``."""
-    from echo2_sdk.runtime.driver.trainer import Trainer
+    """Score as the trainer's held-out evaluation does (its reward guard included), with a backend that
+    answers ``text``."""
+    from echo2_sdk.runtime.driver.evaluation import HeldOutEvaluation
+    from echo2_sdk.runtime.driver.reward_failures import RewardFailures
 
     monkeypatch.setattr("echo2_sdk.runtime.rollout.backends.hf.HFBackend",
                         lambda *args, **kwargs: ScriptedBackend(tokenizer, text))
     model = SimpleNamespace(eval=lambda: None)
     learner = SimpleNamespace(evaluation_model=lambda: model, device="cpu", version=0)
-    stub = SimpleNamespace(cfg=cfg, adapter=make_task(cfg.task.name, dict(cfg.task.options)),
-                           tokenizer=tokenizer, learner=learner)
-    return Trainer.evaluate(stub)
+    held_out = HeldOutEvaluation(cfg, make_task(cfg.task.name, dict(cfg.task.options)), tokenizer,
+                                 RewardFailures(lambda line: None))
+    try:
+        return held_out.run(learner, step=0)
+    finally:
+        held_out.close()
 
 
 @pytest.mark.parametrize("overrides, status, reward", [

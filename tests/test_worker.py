@@ -82,3 +82,23 @@ def test_throughput_cap_is_enforced_and_reported(examples):
         assert result.num_tokens / elapsed <= 20 * 1.05
     finally:
         w.close()
+
+
+def test_an_honest_reply_passes_every_admission_check_against_its_request(worker, examples):
+    """The learner's own checks of a reply (request, group shape, prompt ids rendered on the learner side,
+    max_new_tokens) refuse nothing an honest worker sends."""
+    from types import SimpleNamespace
+
+    from echo2_sdk.records import RecordLimits
+    from echo2_sdk.runtime.admission.gate import AdmissionGate
+    from echo2_sdk.runtime.admission.request import PromptRenderer
+    from echo2_sdk.runtime.rollout.base import SentRequest
+    from echo2_sdk.runtime.rollout.codec import example_to_dict, result_from_json
+
+    gate = AdmissionGate(staleness=2, limits=RecordLimits(vocab_size=len(worker.tokenizer), max_completion_tokens=4),
+                         audit=SimpleNamespace(check=lambda group: True),
+                         prompt_ids=PromptRenderer(make_task("arith"), worker.tokenizer))
+    request = SentRequest(tuple(examples) + (examples[0],), 3)  # the stream wrapped: one example twice
+    reply = result_from_json(worker.generate_wire([example_to_dict(ex) for ex in request.examples]))
+    out = gate.admit("w", reply, newest_version=worker.version, learner_version=worker.version, request=request)
+    assert gate.counters.reject_reasons == {} and out.accepted == 3 * 3

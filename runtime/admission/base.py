@@ -15,6 +15,20 @@ WRONG_WORKER = "wrong_worker"
 """A group (or one of its records) naming a worker other than the one the pool asked."""
 REWARD_MISMATCH = "reward_mismatch"
 """A group with an audited sample whose reported reward differs from the learner's recomputation."""
+UNREQUESTED = "unrequested"
+"""A group for an example the pool did not ask this worker for in that request."""
+DUPLICATE_GROUP = "duplicate_group"
+"""A second group for one asked example (each request's example is answered once, so a group is
+trained on at most once however often it is resent)."""
+GROUP_SIZE = "group_size"
+"""A group without records, or (against the request) not of exactly ``samples_per_prompt`` records."""
+MIXED_GROUP = "mixed_group"
+"""A group whose records disagree on what defines one group: prompt key, Ω.group tag or prompt ids."""
+PROMPT_MISMATCH = "prompt_mismatch"
+"""A group whose prompt ids differ from the learner's own rendering of the example it was asked for."""
+CHECK_FAILED = "check_failed"
+"""A check itself raised on a group (a bug on the learner side, not the worker's fault): the group is
+refused rather than the learner stopped; a run that counts any should be reported."""
 
 
 class RewardCheck(Protocol):
@@ -33,7 +47,9 @@ class AdmissionCounters:
     """Samples added to the replay buffer."""
     reject_reasons: Counter = field(default_factory=Counter)
     """Samples refused by a check, by reason: ``malformed`` (a group that does not decode counts once),
-    ``wrong_worker``, ``reward_mismatch``, and the codes of ``echo2_sdk.records.validate_group``."""
+    ``wrong_worker``, the group checks of ``admission.request`` (``unrequested``, ``duplicate_group``,
+    ``group_size``, ``mixed_group``, ``prompt_mismatch``), ``reward_mismatch``, ``check_failed``, and the
+    codes of ``echo2_sdk.records.validate_group``."""
     dropped_stale_by_worker: Counter = field(default_factory=Counter)
     """Samples that passed every check but fell below the staleness bound, on arrival or later in the
     buffer, by the worker that generated them."""

@@ -6,51 +6,78 @@ refuses it and counts its samples under that reason:
 1. decode: the wire dict rebuilds into records whose fields have the JSON types records need (``malformed``);
 2. worker identity: the group and each of its records name the worker the pool asked (``wrong_worker``),
    because per-worker accounting (agreement flags, dollars, stale drops) trusts these names;
-3. record validation (``echo2_sdk.records.validate_group``) against the newest published version and the
-   record limits: an invalid record is refused alone, the rest of its group goes on;
-4. reward audit (``reward_audit``) on what validation kept (``reward_mismatch``): it decodes the
+3. shape, against the request the pool sent (``request``): an asked example, answered once, with exactly
+   n records that agree on prompt, tag and prompt ids (``unrequested``, ``duplicate_group``,
+   ``group_size``, ``mixed_group``);
+4. record validation (``echo2_sdk.records.validate_group``) against the newest published version and the
+   record limits (types, vocabulary, finite and bounded numbers, lengths): an invalid record is refused
+   alone, the rest of its group goes on;
+5. prompt ids against the learner's rendering of the asked example (``prompt_mismatch``);
+6. reward audit (``reward_audit``) on what validation kept (``reward_mismatch``): it decodes the
    completions, whose token ids validation has just checked against the vocabulary;
-5. staleness: the replay buffer admits the group only while v ≥ v_t − S; a drop is counted by worker,
+7. staleness: the replay buffer admits the group only while v ≥ v_t − S; a drop is counted by worker,
    on arrival as well as later when the learner moves on.
 
-A malformed or hostile reply is refused and counted here, never raised.
+A malformed or hostile reply is refused and counted here, never raised: what passes these checks is
+what ``learning.batching.collate`` can always turn into tensors. Should one of checks 1-5 itself raise (a
+bug, not the worker's doing), the group is refused as ``check_failed`` instead of stopping the learner.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import logging
 
 from echo2_sdk.records import RecordLimits, RolloutGroup, group_from_wire, validate_group
 from echo2_sdk.runtime.admission.base import (
-    MALFORMED, REWARD_MISMATCH, WRONG_WORKER, Admission, AdmissionCounters, RewardCheck,
+    CHECK_FAILED, MALFORMED, REWARD_MISMATCH, WRONG_WORKER, Admission, AdmissionCounters, RewardCheck,
 )
+from echo2_sdk.runtime.admission.request import PromptIds, ReplyCheck
 from echo2_sdk.runtime.learning.buffer import ReplayBuffer
-from echo2_sdk.runtime.rollout.base import GenerationResult
+from echo2_sdk.runtime.rollout.base import GenerationResult, SentRequest
+
+log = logging.getLogger(__name__)
 
 
 class AdmissionGate:
     """Checks what workers return and fills the replay buffer the learner draws from (``buffer``)."""
 
     def __init__(self, *, staleness: int, limits: RecordLimits, audit: RewardCheck,
-                 counters: AdmissionCounters | None = None) -> None:
-        """``counters``: those of a checkpoint when resuming (a fresh run starts at zero)."""
-        self.limits, self.audit = limits, audit
+                 counters: AdmissionCounters | None = None, prompt_ids: PromptIds | None = None) -> None:
+        """``counters``: those of a checkpoint when resuming (a fresh run starts at zero);
+        ``prompt_ids``: the learner's prompt ids of an asked example (``request.PromptRenderer``)."""
+        self.limits, self.audit, self.prompt_ids = limits, audit, prompt_ids
         self.counters = counters if counters is not None else AdmissionCounters()
         self.buffer = ReplayBuffer(staleness, on_drop=self._count_stale)
 
-    def admit(self, worker: str, result: GenerationResult, *, newest_version: int, learner_version: int) -> Admission:
+    def admit(self, worker: str, result: GenerationResult, *, newest_version: int, learner_version: int,
+              request: SentRequest | None = None) -> Admission:
         """Check every group of ``result`` (from worker ``worker``) and add those that pass to the buffer.
 
         ``newest_version``: the newest snapshot published (no honest record is newer);
-        ``learner_version``: the learner's version v_t, for the staleness bound."""
+        ``learner_version``: the learner's version v_t, for the staleness bound;
+        ``request``: what the pool asked ``worker`` for (None: only the checks within the reply)."""
         c = self.counters
         c.tokens += result.num_tokens
         c.reward_status.update(result.reward_status)
         accepted, rejected, stale = c.accepted, c.rejected, c.dropped_stale
         arrived = []
+        reply = ReplyCheck(request, self.prompt_ids)
         for wire in result.groups:
-            group = self._checked(worker, wire, newest_version)
+            try:
+                group = self._checked(worker, wire, newest_version, reply)
+            except Exception:  # a bug in a check must not stop the learner; counted and logged, so it is seen
+                if not self.counters.reject_reasons[CHECK_FAILED]:
+                    log.exception("a record check raised on a group from %s (a bug: please report it); "
+                                  "such groups are refused as %s", worker, CHECK_FAILED)
+                self._refuse(CHECK_FAILED, _samples_in(wire))
+                continue
             if group is None:
+                continue
+            # The audit is the learner's own reward code on checked records: its failures are not the
+            # worker's doing, so they are not hidden under a refusal reason.
+            if not self.audit.check(group):
+                self._refuse(REWARD_MISMATCH, len(group.rollouts))
                 continue
             arrived.append(group.version)
             if self.buffer.add(group, learner_version):
@@ -62,8 +89,9 @@ class AdmissionGate:
         """A generate request failed (the worker crashed or was lost, or its reply did not decode)."""
         self.counters.worker_errors += 1
 
-    def _checked(self, worker: str, wire: dict, newest_version: int) -> RolloutGroup | None:
-        """The group with its valid records, or None when a check refused it (and counted why)."""
+    def _checked(self, worker: str, wire: dict, newest_version: int, reply: ReplyCheck) -> RolloutGroup | None:
+        """The group with its valid records, or None when a check on what the worker sent refused it (and
+        counted why)."""
         try:
             group = group_from_wire(wire)  # also refuses fields of the wrong JSON type
         except ValueError:
@@ -72,19 +100,25 @@ class AdmissionGate:
         if group.worker_id != worker or any(r.meta.get("worker") != worker for r in group.rollouts):
             self._refuse(WRONG_WORKER, len(group.rollouts))
             return None
+        reason = reply.shape(group)
+        if reason is not None:
+            self._refuse(reason, len(group.rollouts))
+            return None
         accepted, rejected = validate_group(group, newest_version=newest_version, limits=self.limits)
         self.counters.reject_reasons.update(rejected)
         if not accepted:
             return None
         if len(accepted) < len(group.rollouts):
             group = dataclasses.replace(group, rollouts=tuple(accepted))
-        if not self.audit.check(group):
-            self._refuse(REWARD_MISMATCH, len(group.rollouts))
+        reason = reply.prompt(group)
+        if reason is not None:
+            self._refuse(reason, len(group.rollouts))
             return None
         return group
 
     def _refuse(self, reason: str, samples: int) -> None:
-        self.counters.reject_reasons[reason] += samples
+        # A refused group counts at least once, even one that claims no samples: every refusal is seen.
+        self.counters.reject_reasons[reason] += max(1, samples)
 
     def _count_stale(self, group: RolloutGroup) -> None:
         self.counters.dropped_stale_by_worker[group.worker_id] += len(group.rollouts)

@@ -6,6 +6,9 @@ Modules, one concern each:
   object_store  the Ray object-store transport; delivery: per-version delivery tracking (T_bcast at q = 1/γ)
   snapshot   state dict ↔ safetensors bytes ↔ fixed-size chunks (no pickle)
   manifest   per-chunk and whole SHA-256, Ed25519 signature of the learner
+  delta      delta snapshots: per-tensor XOR against a base, byte planes, zstd; bit-exact apply
+  delta_plan    the learner's per-publish choice, delta against a base every worker holds or full
+  delta_install the worker's bases, verified apply (target SHA-256), full-snapshot fallback fetch
   topology   how stripes, chains and chunk size follow from B0, Bw, N; live repair/join decisions
   shaping    token buckets (uplink/downlink) and per-hop latency on loopback
   wire       frame format of the worker-to-worker TCP stream
@@ -13,7 +16,10 @@ Modules, one concern each:
   receiver   the receiving protocol (chunks land in place in the snapshot buffer)
   serving    the sending side (forward each verified chunk to the child at once)
   node       a node: receive, verify, forward, repair, install
-  control    coordinator + JSON-lines control channel (parents, holders, completion)
+  control    the coordinator: parents, holders, completion records (no I/O)
+  control_channel  the authenticated JSON-lines channel: ``ControlServer`` (learner), ``TcpControlClient``
+  control_wire  typed, bounded control messages (a malformed one is refused and counted, never raised)
+  credentials  run secret, per-node keys, single-use chunk-port tickets, line MACs, refusal counters
   host       many nodes in one process (benchmark workers)
   session    one measured broadcast; metrics: T_bcast, bounds, CPU; cli: ``echo2 bench broadcast``
   endpoints  thread-hosted learner/worker endpoints; ray_transport: ``P2PSnapshotTransport``

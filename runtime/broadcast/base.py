@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING, Any, Protocol, Sequence
 from echo2_sdk.runtime.broadcast.wire import ProtocolError
 
 if TYPE_CHECKING:
+    from echo2_sdk.runtime.broadcast.credentials import Refusals
+    from echo2_sdk.runtime.broadcast.wire import Hello
     from echo2_sdk.runtime.broadcast.shaping import TokenBucket
     from echo2_sdk.runtime.broadcast.transfer import Transfer
 
@@ -33,6 +35,10 @@ class SnapshotTransport(ABC):
     def close(self, workers: Sequence[Any] = ()) -> None:
         """Release sockets and threads (called once, at pool shutdown)."""
 
+    def refusals(self) -> dict[str, int]:
+        """Messages and connections refused from strangers or misbehaving peers, by reason (none: {})."""
+        return {}
+
 STREAM_ERRORS = (OSError, ConnectionError, asyncio.IncompleteReadError, TimeoutError, ProtocolError)
 """What a broken, stalled or misbehaving peer stream raises: the other side repairs around it."""
 
@@ -42,6 +48,8 @@ class Peer:
     id: str
     host: str
     port: int
+    ticket: str = ""
+    """The learner's single-use pass for dialing this peer's chunk port (empty on a registration)."""
 
 
 @dataclass(frozen=True)
@@ -57,6 +65,13 @@ class Faults:
     """Die abruptly once this fraction of the chunks has been received (0.5: half-way through its stripe)."""
     crash_kills_process: bool = False
     """Crash with SIGKILL of the hosting process instead of aborting only this node's sockets."""
+    sigstop_at_fraction: float | None = None
+    """Once this fraction of the chunks has been sent, SIGSTOP the hosting process: a hung machine whose
+    sockets stay open while nothing on it runs (the kernel still accepts connections for it)."""
+
+    def expects_loss(self) -> bool:
+        """This node is not expected to finish the broadcast (it crashes or hangs)."""
+        return self.crash_at_fraction is not None or self.sigstop_at_fraction is not None
 
 
 class ControlClient(Protocol):
@@ -93,6 +108,11 @@ class ServingNode(Protocol):
     """Chunks sent over all child streams (for the stall fault)."""
     stalled: bool
     corrupted: set[int]
+    refused: "Refusals"
+    """Child connections refused before any work (bad HELLO, missing, forged or replayed ticket)."""
+
+    def admit(self, hello: "Hello") -> str | None:
+        """None if this HELLO's ticket lets its sender be served, else the refusal reason."""
 
     def transfer_for(self, version: int) -> "Transfer | None":
         """This version's transfer, created on first mention; None if a newer one superseded it."""

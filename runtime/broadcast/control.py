@@ -1,39 +1,37 @@
-"""The control plane: who is whose parent, repair and join decisions, completion records.
+"""The control plane's decision logic: who is whose parent, repair and join decisions, completion records.
 
-``Coordinator`` is the decision logic (no I/O). ``ControlServer`` exposes it over a tiny JSON-lines
-TCP protocol and ``TcpControlClient`` is the node side of it; the learner process runs the server,
-each process hosting nodes (a benchmark host, a Ray rollout actor) runs one client. Only small
-messages travel here; snapshot bytes never do.
+``Coordinator`` does no I/O: ``control_channel`` carries its decisions to the hosts over the
+authenticated JSON-lines channel (``ControlServer`` in the learner, ``TcpControlClient`` in every
+process hosting nodes). Only small messages travel there; snapshot bytes never do.
 
-Messages (one JSON object per line). Client → server: ``register {host, nodes:[{id,host,port}]}``,
-``find_parent {req,node,version,failed,reason}``, ``find_holder {req,node,version,chunk,exclude}``,
-``report {node,version,event,detail}``, ``bye {host, stats}``. Server → client: ``reply {re, peer}``,
-``assign {node, version, parent}``, ``crash {node}``, ``stop {}``.
+Every parent the coordinator names comes with a single-use ticket for that parent's chunk port
+(``credentials.RunSecret.ticket``), so only the children it sent are served. A node may only speak
+for itself (the channel checks that) and may only declare its *own current parent* failed: a worker
+cannot splice an honest peer out of a chain.
 """
 
 from __future__ import annotations
 
 import asyncio
-import itertools
-import json
-import logging
 import time
 from dataclasses import dataclass, field
-from typing import Awaitable, Callable
+from typing import Callable
 
 from echo2_sdk.runtime.broadcast.base import Peer
+from echo2_sdk.runtime.broadcast.credentials import Refusals, RunSecret
 from echo2_sdk.runtime.broadcast.topology import SOURCE, BroadcastPlan, Topology
 
-log = logging.getLogger(__name__)
-MAX_LINE = 1 << 20
+MAX_REPAIRS_PER_NODE = 64
+"""Repair or refetch requests one node may make per version (a node gives up after 16); more are refused."""
 
 
-def _peer_dict(peer: Peer | None) -> dict | None:
-    return None if peer is None else {"id": peer.id, "host": peer.host, "port": peer.port}
+def peer_dict(peer: Peer | None) -> dict | None:
+    return None if peer is None else {"id": peer.id, "host": peer.host, "port": peer.port, "ticket": peer.ticket}
 
 
-def _peer(raw: dict | None) -> Peer | None:
-    return None if raw is None else Peer(raw["id"], raw["host"], int(raw["port"]))
+def peer_from_dict(raw: dict | None) -> Peer | None:
+    """A peer named by the (authenticated) learner."""
+    return None if raw is None else Peer(str(raw["id"]), str(raw["host"]), int(raw["port"]), str(raw.get("ticket", "")))
 
 
 @dataclass
@@ -45,16 +43,25 @@ class BroadcastRecord:
     assigned: dict[str, float] = field(default_factory=dict)
     """Worker → monotonic time it was told to receive (publish, or its join)."""
     installed: dict[str, dict] = field(default_factory=dict)
+    """Worker → its report; ``t_reported`` is the learner's own monotonic time of arrival."""
     failed: dict[str, dict] = field(default_factory=dict)
     repairs: list[dict] = field(default_factory=list)
     refetches: list[dict] = field(default_factory=list)
+    requests: dict[str, int] = field(default_factory=dict)
+    """Worker → repair/refetch requests it made for this version (bounded by ``MAX_REPAIRS_PER_NODE``)."""
 
 
 class Coordinator:
-    def __init__(self, source: Peer) -> None:
+    def __init__(self, source: Peer, secret: RunSecret) -> None:
         self.source = source
+        self.secret = secret
+        self.refused = Refusals("broadcast control")
+        """Everything refused on the control plane (the channel counts there too), by reason."""
         self.peers: dict[str, Peer] = {}
         self.dead: set[str] = set()
+        self.demoted: set[str] = set()
+        """Workers a child had to re-attach around (dead or stalled parents) that have not installed a
+        version since: later plans put them at the tails of the chains, where a hung one delays no one."""
         self.broadcasts: dict[int, BroadcastRecord] = {}
         self._senders: dict[str, Callable[[dict], None]] = {}
         self._changed = asyncio.Event()
@@ -68,6 +75,10 @@ class Coordinator:
         self.dead.discard(peer.id)
         self._notify()
 
+    def sender_of(self, node: str) -> Callable[[dict], None] | None:
+        """The channel that currently speaks for ``node`` (a restarted host takes its nodes over)."""
+        return self._senders.get(node)
+
     def lost(self, nodes: list[str]) -> None:
         """The hosting process of ``nodes`` disconnected: they are dead for every broadcast."""
         self.dead.update(nodes)
@@ -77,8 +88,20 @@ class Coordinator:
                     record.topology.failed.add(node)
         self._notify()
 
-    def _peer_of(self, node: str) -> Peer:
-        return self.source if node == SOURCE else self.peers[node]
+    def plan_order(self, workers: list[str]) -> list[str]:
+        """``workers`` with the demoted ones last (a chain plan cuts stripes ``workers[j::k]``, so they end
+        up at the chains' tails).
+
+        >>> c = Coordinator(Peer("source", "127.0.0.1", 1), RunSecret.generate()); c.demoted.add("a")
+        >>> c.plan_order(["a", "b", "c"])
+        ['b', 'c', 'a']
+        """
+        return [w for w in workers if w not in self.demoted] + [w for w in workers if w in self.demoted]
+
+    def _ticketed(self, version: int, child: str, parent: str) -> Peer:
+        """``parent``'s address with a fresh single-use ticket for ``child`` to fetch ``version`` there."""
+        peer = self.source if parent == SOURCE else self.peers[parent]
+        return Peer(peer.id, peer.host, peer.port, self.secret.ticket(version, child, parent))
 
     # ---- broadcasts -------------------------------------------------------------------------
     def start(self, version: int, plan: BroadcastPlan, t_publish: float | None = None) -> BroadcastRecord:
@@ -99,9 +122,9 @@ class Coordinator:
         return self._assign(record, node)
 
     def _assign(self, record: BroadcastRecord, node: str) -> Peer:
-        parent = self._peer_of(record.topology.parent_of(node))
+        parent = self._ticketed(record.version, node, record.topology.parent_of(node))
         record.assigned[node] = time.monotonic()
-        self._senders[node]({"op": "assign", "node": node, "version": record.version, "parent": _peer_dict(parent)})
+        self._senders[node]({"op": "assign", "node": node, "version": record.version, "parent": peer_dict(parent)})
         return parent
 
     def tell_all_hosts(self, message: dict) -> None:
@@ -112,31 +135,59 @@ class Coordinator:
     def crash(self, node: str) -> None:
         self._senders[node]({"op": "crash", "node": node})
 
-    def find_parent(self, node: str, version: int, failed: str, reason: str) -> Peer | None:
+    def _record_for_request(self, node: str, version: int) -> BroadcastRecord | None:
+        """The broadcast a repair/refetch request is about, if it may be answered (counted otherwise)."""
         record = self.broadcasts.get(version)
+        if record is None or node not in record.assigned:
+            self.refused.refuse("not_assigned", f"{node} asked about version {version} it was never sent")
+            return None
+        record.requests[node] = record.requests.get(node, 0) + 1
+        if record.requests[node] > MAX_REPAIRS_PER_NODE:
+            self.refused.refuse("too_many_repairs", f"{node} on version {version}")
+            return None
+        return record
+
+    def find_parent(self, node: str, version: int, failed: str, reason: str) -> Peer | None:
+        record = self._record_for_request(node, version)
         if record is None:
             return None
-        parent = record.topology.repair(node, failed)
+        topology = record.topology
+        current = topology.parent_of(node) if any(node in c for c in topology.chains) else None
+        if current is not None and failed != current:
+            # Only a node's own parent is its to declare failed: name its current parent, splice no one.
+            # (An honest node lands here too when the topology moved it, e.g. a spliced-out forwarder.)
+            record.repairs.append({"node": node, "failed": failed, "new_parent": current, "reason": reason,
+                                   "spliced": False, "t": time.monotonic() - record.t_publish})
+            return self._ticketed(version, node, current)
+        parent = topology.repair(node, failed)
+        if failed != SOURCE:
+            self.demoted.add(failed)
         record.repairs.append(
             {"node": node, "failed": failed, "new_parent": parent, "reason": reason,
              "t": time.monotonic() - record.t_publish}
         )
-        return self._peer_of(parent)
+        return self._ticketed(version, node, parent)
 
     def find_holder(self, node: str, version: int, chunk: int, exclude: str) -> Peer | None:
-        record = self.broadcasts.get(version)
+        record = self._record_for_request(node, version)
         if record is None:
             return None
         holder = record.topology.holder_for(node, exclude)
         record.refetches.append({"node": node, "chunk": chunk, "bad_sender": exclude, "holder": holder})
-        return self._peer_of(holder)
+        return self._ticketed(version, node, holder)
 
     def on_report(self, node: str, version: int, event: str, detail: dict) -> None:
         record = self.broadcasts.get(version)
-        if record is None:
+        if record is None or node not in record.assigned:
+            self.refused.refuse("not_assigned", f"{node} reported {event} for version {version} it was never sent")
             return
+        now = time.monotonic()
+        detail = {**detail, "t_reported": now}
+        if not isinstance(detail.get("t_installed"), (int, float)):
+            detail["t_installed"] = now
         if event == "installed":
             record.installed[node] = detail
+            self.demoted.discard(node)
         elif event == "failed":
             record.failed[node] = detail
         self._notify()
@@ -169,140 +220,3 @@ class Coordinator:
     def _notify(self) -> None:
         self._changed.set()
         self._changed = asyncio.Event()
-
-
-class ControlServer:
-    """JSON-lines TCP front of a ``Coordinator`` (runs in the learner's event loop)."""
-
-    def __init__(self, coordinator: Coordinator, host: str = "127.0.0.1") -> None:
-        self.coordinator = coordinator
-        self.host = host
-        self.port = 0
-        self.host_stats: dict[str, dict] = {}
-        self.registered = asyncio.Event()
-        self._server: asyncio.base_events.Server | None = None
-        self._writers: set[asyncio.StreamWriter] = set()
-        self._handlers: set[asyncio.Task] = set()
-
-    async def start(self, port: int = 0) -> tuple[str, int]:
-        self._server = await asyncio.start_server(self._serve, self.host, port, limit=MAX_LINE)
-        self.port = self._server.sockets[0].getsockname()[1]
-        return self.host, self.port
-
-    async def close(self) -> None:
-        if self._server is not None:
-            self._server.close()
-        for writer in list(self._writers):
-            writer.close()
-        await asyncio.gather(*self._handlers, return_exceptions=True)
-
-    def _handle(self, message: dict, send: Callable[[dict], None]) -> None:
-        op, coordinator = message.get("op"), self.coordinator
-        if op == "register":
-            for raw in message["nodes"]:
-                coordinator.register(_peer(raw), send)
-            self.registered.set()
-        elif op == "find_parent":
-            peer = coordinator.find_parent(message["node"], message["version"], message["failed"], message["reason"])
-            send({"op": "reply", "re": message["req"], "peer": _peer_dict(peer)})
-        elif op == "find_holder":
-            peer = coordinator.find_holder(message["node"], message["version"], message["chunk"], message["exclude"])
-            send({"op": "reply", "re": message["req"], "peer": _peer_dict(peer)})
-        elif op == "report":
-            coordinator.on_report(message["node"], message["version"], message["event"], message["detail"])
-        elif op == "bye":
-            self.host_stats[message["host"]] = message["stats"]
-        else:
-            log.warning("control: unknown op %r from a host", op)
-
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        handler = asyncio.current_task()
-        self._handlers.add(handler)
-        nodes: list[str] = []
-        said_bye = False
-        self._writers.add(writer)
-
-        def send(message: dict) -> None:
-            if not writer.is_closing():
-                writer.write(json.dumps(message).encode() + b"\n")
-
-        try:
-            while line := await reader.readline():
-                message = json.loads(line)
-                try:
-                    if message.get("op") == "register":
-                        nodes.extend(raw["id"] for raw in message["nodes"])
-                    elif message.get("op") == "bye":
-                        said_bye = True
-                    self._handle(message, send)
-                except (KeyError, ValueError, TypeError) as exc:
-                    # One bad request must not drop the host's channel (that would declare all its nodes dead).
-                    log.warning("control: cannot handle %s: %r", message.get("op"), exc)
-                    if "req" in message:
-                        send({"op": "reply", "re": message["req"], "peer": None})
-        except (ConnectionError, json.JSONDecodeError) as exc:
-            log.warning("control: host connection dropped: %s", exc)
-        finally:
-            self._handlers.discard(handler)
-            self._writers.discard(writer)
-            writer.close()
-            if nodes and not said_bye:  # the hosting process died: its nodes are gone
-                self.coordinator.lost(nodes)
-
-
-class TcpControlClient:
-    """A host process's side of the control channel (implements ``node.ControlClient``)."""
-
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                 on_command: Callable[[dict], Awaitable[None] | None]) -> None:
-        self.reader, self.writer = reader, writer
-        self.on_command = on_command
-        self._pending: dict[int, asyncio.Future] = {}
-        self._ids = itertools.count()
-        self.closed = asyncio.Event()
-
-    @classmethod
-    async def connect(cls, host: str, port: int, on_command) -> "TcpControlClient":
-        reader, writer = await asyncio.open_connection(host, port, limit=MAX_LINE)
-        return cls(reader, writer, on_command)
-
-    def send(self, message: dict) -> None:
-        self.writer.write(json.dumps(message).encode() + b"\n")
-
-    async def run(self) -> None:
-        """Dispatch replies and commands until the server closes the channel."""
-        try:
-            while line := await self.reader.readline():
-                message = json.loads(line)
-                if message.get("op") == "reply":
-                    future = self._pending.pop(message["re"], None)
-                    if future is not None and not future.done():
-                        future.set_result(_peer(message["peer"]))
-                else:
-                    result = self.on_command(message)
-                    if asyncio.iscoroutine(result):
-                        await result
-        except ConnectionError:
-            pass
-        finally:
-            for future in self._pending.values():
-                if not future.done():
-                    future.set_exception(ConnectionError("control channel to the learner closed"))
-            self.closed.set()
-
-    async def _request(self, message: dict) -> Peer | None:
-        req = next(self._ids)
-        future = asyncio.get_running_loop().create_future()
-        self._pending[req] = future
-        self.send({**message, "req": req})
-        return await future
-
-    async def find_parent(self, node: str, version: int, failed: str, reason: str) -> Peer | None:
-        return await self._request({"op": "find_parent", "node": node, "version": version, "failed": failed, "reason": reason})
-
-    async def find_holder(self, node: str, version: int, chunk: int, exclude: str) -> Peer | None:
-        return await self._request({"op": "find_holder", "node": node, "version": version, "chunk": chunk, "exclude": exclude})
-
-    async def report(self, node: str, version: int, event: str, detail: dict) -> None:
-        self.send({"op": "report", "node": node, "version": version, "event": event, "detail": detail})
-        await self.writer.drain()

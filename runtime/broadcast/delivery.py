@@ -19,6 +19,10 @@ import ray
 
 from echo2_sdk.runtime.broadcast.metrics import fraction_time
 
+BYTES_KEYS = ("snapshot", "snapshot_reason", "delta_base", "delta_density", "encode_s", "bytes_full", "bytes_sent",
+              "delta_fallbacks", "bytes_fallback", "apply_s_max")
+"""What each publish put on the wire (``LearnerBroadcaster.bytes_report``): copied into every delivery record."""
+
 
 @dataclass
 class _Delivery:
@@ -110,6 +114,8 @@ class DeliveryTracker:
         times = sorted(installed.values())
         live_n = max(len(live), 1)
         all_in = len(times) >= len(live) and len(live) > 0
+        if report is None:  # closed without a fresh measurement (superseded, end of run): bytes are still known
+            report = self.transport.progress(d.version, d.handles)
         return {
             "version": d.version,
             "step": d.step,
@@ -125,6 +131,7 @@ class DeliveryTracker:
             "refetches": (report or {}).get("refetches", 0),
             "settled": settled,
             "superseded_by": superseded_by,
+            **{key: (report or {}).get(key) for key in BYTES_KEYS},
         }
 
 
@@ -151,4 +158,29 @@ def delivery_summary(records: list[dict]) -> dict:
         "superseded": sum(1 for r in records if r.get("superseded_by") is not None),
         "repairs": sum(r["repairs"] for r in records),
         "refetches": sum(r["refetches"] for r in records),
+        "snapshot_bytes": bytes_summary(records),
+    }
+
+
+def bytes_summary(records: list[dict]) -> dict | None:
+    """Full vs sent bytes per publish over the run (None when the transport does not say, e.g. object_store).
+
+    >>> bytes_summary([{"bytes_full": 100, "bytes_sent": 100, "snapshot": "full", "delta_fallbacks": 0},
+    ...                {"bytes_full": 100, "bytes_sent": 4, "snapshot": "delta", "delta_fallbacks": 1}])["sent_fraction"]
+    0.52
+    """
+    known = [r for r in records if r.get("bytes_full")]
+    if not known:
+        return None
+    full, sent = sum(r["bytes_full"] for r in known), sum(r["bytes_sent"] for r in known)
+    per_publish = sorted(r["bytes_sent"] for r in known)
+    return {
+        "publishes": len(known),
+        "deltas": sum(1 for r in known if r["snapshot"] == "delta"),
+        "full_bytes_total": full,
+        "sent_bytes_total": sent,
+        "sent_fraction": round(sent / full, 4),
+        "sent_bytes_median": per_publish[len(per_publish) // 2],
+        "full_bytes_median": sorted(r["bytes_full"] for r in known)[len(known) // 2],
+        "delta_fallbacks": sum(r.get("delta_fallbacks") or 0 for r in known),
     }

@@ -17,9 +17,8 @@ import resource
 import subprocess
 import sys
 import time
-from dataclasses import asdict
 
-from echo2_sdk.runtime.broadcast.control import TcpControlClient
+from echo2_sdk.runtime.broadcast.control_channel import TcpControlClient
 from echo2_sdk.runtime.broadcast.manifest import Manifest, public_key_from_bytes
 from echo2_sdk.runtime.broadcast.node import BroadcastError, BroadcastNode, Faults, Peer
 from echo2_sdk.runtime.broadcast.shaping import LinkProfile
@@ -85,7 +84,8 @@ async def run_host(
     prefault_bytes: int = 0,
     report_digest: bool = False,
 ) -> dict:
-    """Start one node per spec ({"id", "link": LinkProfile kwargs, "faults": Faults kwargs}), register
+    """Start one node per spec ({"id", "key": its node key in hex, "link": LinkProfile kwargs, "faults":
+    Faults kwargs}), register
     them, obey the control server until it says stop; returns (and sends) this host's statistics."""
     key = public_key_from_bytes(public_key)
     installer = make_installer(install, report_digest)
@@ -115,6 +115,7 @@ async def run_host(
             spec["id"],
             link=LinkProfile(**spec.get("link", {})),
             public_key=key,
+            node_key=bytes.fromhex(spec["key"]),
             control=client,
             on_install=installer,
             stall_timeout_s=stall_timeout_s,
@@ -125,7 +126,7 @@ async def run_host(
         )
         await node.start()
         nodes[node.id] = node
-    client.send({"op": "register", "host": host_id, "nodes": [asdict(n.peer) for n in nodes.values()]})
+    client.register(host_id, [n.peer for n in nodes.values()], {n.id: n.node_key for n in nodes.values()})
     runner = asyncio.ensure_future(client.run())
     await asyncio.wait([asyncio.ensure_future(stop.wait()), runner], return_when=asyncio.FIRST_COMPLETED)
     cpu_now = time.process_time()

@@ -12,6 +12,8 @@ import os
 import time
 from dataclasses import dataclass
 
+from echo2_sdk.runtime.broadcast.base import Faults
+
 
 def fraction_time(install_times: list[float], live_workers: int, q: float) -> float | None:
     """Time by which ceil(q·live) workers had installed (None if fewer ever did)."""
@@ -87,7 +89,7 @@ class CpuWindow:
 def summarize(cfg, record, coordinator, size_bytes: int, prepare_s: float, settled: bool, cpu: dict,
               source_bytes_out: int) -> dict:
     t0 = record.t_publish
-    dead = coordinator.dead | {w for w, f in cfg.faults.items() if f.get("crash_at_fraction") is not None}
+    dead = coordinator.dead | {w for w, f in cfg.faults.items() if Faults(**f).expects_loss()}
     live = [w for w in record.assigned if w not in dead]
     per_worker = {}
     for w in record.assigned:

@@ -20,19 +20,21 @@ from typing import Any, Callable
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from echo2_sdk.runtime.broadcast.base import STREAM_ERRORS, BroadcastError, ControlClient, Faults, Peer
+from echo2_sdk.runtime.broadcast.credentials import Refusals, ticket_valid
 from echo2_sdk.runtime.broadcast.manifest import Manifest, ManifestError, verify_manifest
 from echo2_sdk.runtime.broadcast.receiver import FrameReceiver
 from echo2_sdk.runtime.broadcast.serving import ChildStream
 from echo2_sdk.runtime.broadcast.shaping import LinkProfile
 from echo2_sdk.runtime.broadcast.topology import SOURCE
 from echo2_sdk.runtime.broadcast.transfer import Transfer, TransferStats, allocate_buffer
-from echo2_sdk.runtime.broadcast.wire import Hello, ProtocolError, ranges_from_flags
+from echo2_sdk.runtime.broadcast.wire import MAX_RANGES, Hello, ProtocolError, ranges_from_flags
 
 __all__ = ["BroadcastError", "BroadcastNode", "ControlClient", "Faults", "Peer"]
 log = logging.getLogger(__name__)
 
 InstallFn = Callable[[int, Any, Manifest], Any]
-"""(version, buffer, manifest) → optional dict merged into the "installed" report; may be async."""
+"""(version, buffer, manifest) → optional dict of scalars merged into the "installed" report; may be async."""
+MAX_USED_TICKETS = 1 << 16
 
 
 class BroadcastNode:
@@ -42,6 +44,7 @@ class BroadcastNode:
         *,
         link: LinkProfile,
         public_key: Ed25519PublicKey,
+        node_key: bytes,
         control: ControlClient | None,
         on_install: InstallFn | None = None,
         host: str = "127.0.0.1",
@@ -56,6 +59,10 @@ class BroadcastNode:
         self.id = node_id
         self.link = link
         self.public_key = public_key
+        self.node_key = node_key
+        """This node's own key (``RunSecret.node_key``): checks the tickets of children that dial it."""
+        self.refused = Refusals(f"broadcast node {node_id}")
+        self._used_tickets: dict[str, None] = {}
         self.control = control
         self.on_install = on_install
         self.host = host
@@ -127,6 +134,16 @@ class BroadcastNode:
 
     async def _serve_child(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await ChildStream(self, reader, writer).run()
+
+    def admit(self, hello: Hello) -> str | None:
+        if not ticket_valid(self.node_key, hello.version, hello.node, self.id, hello.ticket):
+            return "bad_ticket"
+        if hello.ticket in self._used_tickets:
+            return "replayed_ticket"
+        self._used_tickets[hello.ticket] = None
+        if len(self._used_tickets) > MAX_USED_TICKETS:  # oldest first: long since used or expired with its version
+            del self._used_tickets[next(iter(self._used_tickets))]
+        return None
 
     def _drop_older(self, version: int) -> None:
         newest = max(self.transfers, default=-1)
@@ -227,8 +244,9 @@ class BroadcastNode:
         )
         self._transports.add(transport)
         try:
-            have = [] if want is not None else ranges_from_flags(transfer.have)
-            transport.write(Hello(self.id, transfer.version, have, want).encode())
+            # Claiming fewer held chunks than we have only costs duplicates, which are dropped on arrival.
+            have = [] if want is not None else ranges_from_flags(transfer.have)[:MAX_RANGES]
+            transport.write(Hello(self.id, transfer.version, have, want, parent.ticket).encode())
             await receiver.done
             if self.latency_s:  # let chunks still "on the wire" land before judging completeness
                 await asyncio.sleep(self.latency_s)

@@ -21,6 +21,7 @@ from echo2_sdk.runtime.broadcast.endpoints import BroadcastReceiverMixin, Learne
 
 __all__ = ["BroadcastReceiverMixin", "P2PSnapshotTransport"]
 from echo2_sdk.runtime.broadcast.base import CONTROL, SnapshotTransport
+from echo2_sdk.runtime.broadcast.delta_plan import DeltaPolicy
 
 
 class P2PSnapshotTransport(SnapshotTransport):
@@ -31,14 +32,16 @@ class P2PSnapshotTransport(SnapshotTransport):
                  worker_mbps: float | None = None, latency_ms: float = 0.0, chunk_kb: int | None = None,
                  bind_host: str = "127.0.0.1", advertise_host: str | None = None,
                  worker_bind_host: str = "127.0.0.1", receive_timeout_s: float = 600.0,
-                 emulate_worker_links: bool = False, port_range: tuple[int, int] | None = None) -> None:
+                 emulate_worker_links: bool = False, port_range: tuple[int, int] | None = None,
+                 delta: DeltaPolicy | None = None) -> None:
         """``emulate_worker_links`` shapes every worker's node at ``worker_mbps`` (single-machine
         experiments); on real WAN workers leave it off and let the network do the limiting.
-        ``port_range``: (first, last) ports the learner's two listeners and each worker's one take
-        (None: ephemeral ports)."""
+        ``port_range``: (first, last) ports the learner's two listeners (three with ``delta``) and each worker's one take
+        (None: ephemeral ports). ``delta``: publish deltas where they pay (``delta_plan``; None: full only)."""
         self.broadcaster = LearnerBroadcaster(
             topology=topology, uplink_mbps=uplink_mbps, worker_mbps=worker_mbps, latency_ms=latency_ms,
             chunk_kb=chunk_kb, bind_host=bind_host, advertise_host=advertise_host, port_range=port_range,
+            delta=delta,
         )
         self.port_range = port_range
         self.worker_link = (
@@ -68,7 +71,8 @@ class P2PSnapshotTransport(SnapshotTransport):
             extra = {"port_range": tuple(self.port_range)} if self.port_range else {}
             refs = [
                 w.broadcast_start.options(concurrency_group=CONTROL).remote(
-                    i, self.broadcaster.control_address, self.broadcaster.public_key, self.worker_link,
+                    i, self.broadcaster.control_address, self.broadcaster.public_key,
+                    self.broadcaster.credential_for(i), self.worker_link,
                     self.worker_bind_host, **extra,
                 )
                 for w, i in new
@@ -106,6 +110,9 @@ class P2PSnapshotTransport(SnapshotTransport):
         report["failed"] = {names.get(w, w): r for w, r in report["failed"].items()}
         report["live"] = [names.get(w, w) for w in report["live"]]
         return report
+
+    def refusals(self) -> dict[str, int]:
+        return self.broadcaster.refusals()
 
     def wait(self, version: int, timeout_s: float = 600.0) -> dict:
         """Install times, failures and repairs of ``version`` (for logging T_bcast)."""

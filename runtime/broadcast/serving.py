@@ -9,12 +9,15 @@ keepalive timer also notices a child that hung up while this side was only waiti
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 from typing import Callable
 
 from echo2_sdk.runtime.broadcast.base import STREAM_ERRORS, ServingNode, UpstreamFailed
 from echo2_sdk.runtime.broadcast.transfer import Transfer
-from echo2_sdk.runtime.broadcast.wire import CHUNK, DONE, ERROR, KEEPALIVE, MANIFEST, ProtocolError, indices_in, pack_header, read_hello
-
+from echo2_sdk.runtime.broadcast.wire import (
+    CHUNK, DONE, ERROR, KEEPALIVE, MANIFEST, ProtocolError, flags_from_ranges, pack_header, read_hello,
+)
 
 
 class ChildStream:
@@ -35,8 +38,16 @@ class ChildStream:
         node = self.node
         node.track_stream(self.task, self.writer.transport)
         try:
-            async with asyncio.timeout(node.stall_timeout_s):
-                hello = await read_hello(self.reader)
+            try:
+                async with asyncio.timeout(node.stall_timeout_s):
+                    hello = await read_hello(self.reader)
+            except (TimeoutError, ProtocolError, asyncio.IncompleteReadError) as exc:
+                node.refused.refuse("bad_hello", f"{type(exc).__name__}: {exc}")
+                return
+            refusal = node.admit(hello)
+            if refusal is not None:  # a stranger, a replay or a forged ticket: no answer, no work
+                node.refused.refuse(refusal, f"HELLO from {hello.node[:40]} for version {hello.version}")
+                return
             if node.latency_s:
                 await asyncio.sleep(node.latency_s)  # the request's one-way trip to us
             transfer = node.transfer_for(hello.version)
@@ -51,7 +62,7 @@ class ChildStream:
             if hello.want is not None:
                 await self._send_wanted(transfer, [int(i) for i in hello.want])
             else:
-                await self._send_all(transfer, indices_in(hello.have))
+                await self._send_all(transfer, flags_from_ranges(hello.have, transfer.manifest.num_chunks))
             await self._send(DONE, transfer.version, 0)
         except UpstreamFailed as exc:
             try:
@@ -69,7 +80,7 @@ class ChildStream:
             self.writer.close()
 
     # ---- what to send ------------------------------------------------------------------------
-    async def _send_all(self, transfer: Transfer, skip: set[int]) -> None:
+    async def _send_all(self, transfer: Transfer, skip: bytearray) -> None:
         """Forward chunks in the order this node verified them, as they arrive."""
         position = 0
         while True:
@@ -77,7 +88,7 @@ class ChildStream:
             while position < len(log):
                 index = log[position]
                 position += 1
-                if index not in skip:
+                if not skip[index]:
                     await self._send_chunk(transfer, index)
             if transfer.complete.is_set() and position == len(transfer.log):
                 return
@@ -107,6 +118,8 @@ class ChildStream:
         if faults.stall_at_fraction is not None and node.sent_chunks >= faults.stall_at_fraction * transfer.manifest.num_chunks:
             node.stalled = True
             await asyncio.Event().wait()  # hung: silent until cancelled
+        if faults.sigstop_at_fraction is not None and node.sent_chunks >= faults.sigstop_at_fraction * transfer.manifest.num_chunks:
+            os.kill(os.getpid(), signal.SIGSTOP)  # the whole process freezes here (until SIGCONT or SIGKILL)
         payload = transfer.chunk_view(index)
         if index in faults.corrupt_chunks and index not in node.corrupted:
             node.corrupted.add(index)

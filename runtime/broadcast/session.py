@@ -17,10 +17,13 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
-from echo2_sdk.runtime.broadcast.control import ControlServer, Coordinator
+from echo2_sdk.runtime.broadcast.control import Coordinator
+from echo2_sdk.runtime.broadcast.control_channel import ControlServer
+from echo2_sdk.runtime.broadcast.credentials import RunSecret
 from echo2_sdk.runtime.broadcast.host import run_host, spawn_host_process
 from echo2_sdk.runtime.broadcast.manifest import build_manifest, new_signing_key, public_key_bytes, sign_manifest
 from echo2_sdk.runtime.broadcast.metrics import CpuWindow, summarize
+from echo2_sdk.runtime.broadcast.base import Faults
 from echo2_sdk.runtime.broadcast.node import BroadcastNode
 from echo2_sdk.runtime.broadcast.shaping import LinkProfile
 from echo2_sdk.runtime.broadcast.snapshot import state_dict_to_bytes
@@ -65,6 +68,11 @@ class BroadcastConfig:
     """Worker id → seconds after publish at which it joins (it is not in the initial plan)."""
     forge_manifest: bool = False
     """Sign with a key the workers do not trust (they must refuse the snapshot)."""
+    payload: bytes | None = None
+    """Broadcast these bytes (e.g. a delta snapshot) instead of a generated state dict of ``size_mb``
+    (keep ``size_mb`` about their size: it sizes the pre-faulted buffers and the timeout)."""
+    metadata: dict = field(default_factory=dict)
+    """Extra signed manifest metadata (a delta's ``DeltaSpec.to_metadata()``)."""
 
     def __post_init__(self) -> None:
         if self.topology not in TOPOLOGIES:
@@ -103,17 +111,18 @@ async def _run(cfg: BroadcastConfig) -> dict:
     signing_key = new_signing_key()
     trusted = new_signing_key() if cfg.forge_manifest else signing_key
     public = public_key_bytes(trusted.public_key())
+    secret = RunSecret.generate()
     source = BroadcastNode(
         SOURCE, link=LinkProfile(uplink_mbps=cfg.effective_uplink(), latency_ms=cfg.latency_ms),
-        public_key=trusted.public_key(), control=None, stall_timeout_s=cfg.stall_timeout_s, slice_bytes=cfg.slice_kb * 1024,
+        public_key=trusted.public_key(), node_key=secret.node_key(SOURCE), control=None, stall_timeout_s=cfg.stall_timeout_s, slice_bytes=cfg.slice_kb * 1024,
     )
-    coordinator = Coordinator(await source.start())
+    coordinator = Coordinator(await source.start(), secret)
     server = ControlServer(coordinator)
     control_addr = await server.start()
 
     all_ids = cfg.worker_ids() + [w for w in cfg.late_joiners if w not in cfg.worker_ids()]
     specs = [
-        {"id": w, "link": asdict(LinkProfile.symmetric(cfg.worker_mbps, cfg.latency_ms)), "faults": cfg.faults.get(w, {})}
+        {"id": w, "key": secret.node_key(w).hex(), "link": asdict(LinkProfile.symmetric(cfg.worker_mbps, cfg.latency_ms)), "faults": cfg.faults.get(w, {})}
         for w in all_ids
     ]
     options = {"install": cfg.install, "stall_timeout_s": cfg.stall_timeout_s, "verify_whole": cfg.verify_whole,
@@ -130,22 +139,22 @@ async def _run(cfg: BroadcastConfig) -> dict:
             processes.append(spawn_host_process(control_addr, f"host{h}", group, public, options))
     try:
         await _wait_registered(coordinator, all_ids, timeout_s=120.0)
-        state_dict = make_state_dict(int(cfg.size_mb * MIB), cfg.seed)
+        state_dict = make_state_dict(int(cfg.size_mb * MIB), cfg.seed) if cfg.payload is None else {}
         cpu = CpuWindow.start()
         t_publish = time.monotonic()
-        data = state_dict_to_bytes(state_dict)
+        data = state_dict_to_bytes(state_dict) if cfg.payload is None else cfg.payload
         plan = plan_broadcast(
             cfg.worker_ids(), len(data), cfg.topology, uplink_mbps=cfg.effective_uplink(),
             worker_mbps=cfg.worker_mbps, chunk_size=cfg.chunk_kb * 1024 if cfg.chunk_kb else None, stripes=cfg.stripes,
         )
-        manifest = build_manifest(data, cfg.version, plan.chunk_size, {"tensors": len(state_dict)},
+        manifest = build_manifest(data, cfg.version, plan.chunk_size, {"tensors": len(state_dict), **cfg.metadata},
                                   public_key=signing_key.public_key())
         source.seed(manifest, sign_manifest(manifest, signing_key), data)
         t_prepared = time.monotonic()
         record = coordinator.start(cfg.version, plan, t_publish)
         joins = [asyncio.ensure_future(_join_later(coordinator, cfg.version, w, t_publish + at))
                  for w, at in cfg.late_joiners.items()]
-        expected_dead = {w for w, f in cfg.faults.items() if f.get("crash_at_fraction") is not None}
+        expected_dead = {w for w, f in cfg.faults.items() if Faults(**f).expects_loss()}
         settled = await coordinator.wait_settled(cfg.version, cfg.timeout_s or _default_timeout(cfg, len(data)), expected_dead)
         await asyncio.gather(*joins)
         if cfg.late_joiners:

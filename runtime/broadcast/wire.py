@@ -1,7 +1,9 @@
 """Framing of the worker-to-worker data stream (plain asyncio TCP, no Ray).
 
 A child opens a connection to its parent and sends HELLO (which version it wants, which chunks it
-already holds, or — for a repair fetch — exactly which chunks it wants). The parent answers with the
+already holds, or — for a repair fetch — exactly which chunks it wants — and the learner's ticket for
+this child, version and parent; ``credentials``). The parent checks the HELLO's size, fields and
+ticket before it does any work, then answers with the
 signed MANIFEST, then CHUNK frames in the order it verified them itself, KEEPALIVE while it waits on
 its own parent (so silence means a stalled parent, not a slow chain), and DONE once it has sent all
 it will. ERROR carries a reason and ends the stream.
@@ -20,6 +22,11 @@ HEADER = struct.Struct("!BQII")
 HELLO, MANIFEST, CHUNK, KEEPALIVE, DONE, ERROR = 1, 2, 3, 4, 5, 6
 KIND_NAMES = {HELLO: "HELLO", MANIFEST: "MANIFEST", CHUNK: "CHUNK", KEEPALIVE: "KEEPALIVE", DONE: "DONE", ERROR: "ERROR"}
 MAX_CONTROL_PAYLOAD = 64 * 1024 * 1024  # a manifest of ~1M chunk hashes; anything larger is garbage
+MAX_HELLO_PAYLOAD = 1024 * 1024
+"""A HELLO is read before its sender is known: at most this many bytes (64k ranges) are ever buffered."""
+MAX_RANGES = 65536
+MAX_CHUNKS = 2**31
+MAX_VERSION = 2**53
 
 
 class ProtocolError(ConnectionError):
@@ -54,25 +61,49 @@ class Hello:
     """Chunk index ranges [start, end) the child already holds; the parent skips them."""
     want: list[int] | None = None
     """Fetch mode: send exactly these chunks (then DONE), e.g. to replace a chunk that failed its hash."""
+    ticket: str = ""
+    """The learner's single-use pass for this child, version and parent (``credentials.ticket_valid``)."""
 
     def encode(self) -> bytes:
-        payload = json.dumps({"node": self.node, "version": self.version, "have": self.have, "want": self.want}).encode()
+        payload = json.dumps({"node": self.node, "version": self.version, "have": self.have, "want": self.want,
+                              "ticket": self.ticket}).encode()
         return pack_header(HELLO, self.version, 0, len(payload)) + payload
 
     @classmethod
-    def decode(cls, payload: bytes) -> "Hello":
+    def decode(cls, payload: bytes, header_version: int) -> "Hello":
+        """Parse and bound every field (nothing is allocated from a count the peer chose)."""
         try:
             raw = json.loads(payload)
-            return cls(str(raw["node"]), int(raw["version"]), [tuple(r) for r in raw.get("have") or []], raw.get("want"))
-        except (ValueError, KeyError, TypeError) as exc:
-            raise ProtocolError(f"HELLO payload is not valid: {exc}") from exc
+        except (UnicodeDecodeError, ValueError) as exc:
+            raise ProtocolError(f"HELLO payload is not JSON: {exc}") from None
+        if not isinstance(raw, dict):
+            raise ProtocolError("HELLO payload is not a JSON object")
+        node, version, ticket = raw.get("node"), raw.get("version"), raw.get("ticket", "")
+        if not isinstance(node, str) or not 0 < len(node) <= 128 or not isinstance(ticket, str) or len(ticket) > 64:
+            raise ProtocolError("HELLO names no valid node or ticket")
+        if not _bounded_int(version, MAX_VERSION) or version != header_version:
+            raise ProtocolError(f"HELLO version {str(version)[:40]} is not the frame's {header_version}")
+        have, want = raw.get("have") or [], raw.get("want")
+        if not isinstance(have, list) or len(have) > MAX_RANGES or not all(
+                isinstance(r, list) and len(r) == 2 and _bounded_int(r[0], MAX_CHUNKS) and _bounded_int(r[1], MAX_CHUNKS + 1)
+                and r[0] < r[1] for r in have):
+            raise ProtocolError(f"HELLO have-ranges must be at most {MAX_RANGES} pairs [start, end) of chunk indices")
+        if want is not None and (not isinstance(want, list) or len(want) > MAX_RANGES
+                                 or not all(_bounded_int(i, MAX_CHUNKS) for i in want)):
+            raise ProtocolError(f"HELLO want must be at most {MAX_RANGES} chunk indices")
+        return cls(node, version, [(r[0], r[1]) for r in have], want, ticket)
+
+
+def _bounded_int(value: object, limit: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < limit
 
 
 async def read_hello(reader: asyncio.StreamReader) -> Hello:
     header = await read_header(reader)
-    if header.kind != HELLO or header.length > MAX_CONTROL_PAYLOAD:
-        raise ProtocolError(f"expected HELLO first, got {KIND_NAMES[header.kind]} of {header.length} bytes")
-    return Hello.decode(await reader.readexactly(header.length))
+    if header.kind != HELLO or header.length > MAX_HELLO_PAYLOAD:
+        raise ProtocolError(f"expected HELLO of at most {MAX_HELLO_PAYLOAD} bytes first, got "
+                            f"{KIND_NAMES[header.kind]} of {header.length} bytes")
+    return Hello.decode(await reader.readexactly(header.length), header.version)
 
 
 def ranges_from_flags(flags: bytearray | bytes) -> list[tuple[int, int]]:
@@ -89,5 +120,15 @@ def ranges_from_flags(flags: bytearray | bytes) -> list[tuple[int, int]]:
     return ranges
 
 
-def indices_in(ranges: list[tuple[int, int]]) -> set[int]:
-    return {i for start, end in ranges for i in range(start, end)}
+def flags_from_ranges(ranges: list[tuple[int, int]], num_chunks: int) -> bytearray:
+    """A 0/1 flag per chunk from [start, end) ranges, clipped to ``num_chunks`` (one byte per chunk,
+    however large the ranges a peer claims).
+
+    >>> list(flags_from_ranges([(1, 3), (4, 99)], 6))
+    [0, 1, 1, 0, 1, 1]
+    """
+    flags = bytearray(num_chunks)
+    for start, end in ranges:
+        start, end = min(start, num_chunks), min(end, num_chunks)
+        flags[start:end] = b"\x01" * (end - start)
+    return flags

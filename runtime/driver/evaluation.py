@@ -12,7 +12,7 @@ from typing import Iterable
 from echo2_sdk.adapter import BaseTaskAdapter, MultiTurnTaskAdapter
 from echo2_sdk.checks import render_prompt_ids
 from echo2_sdk.evaluation import avg_at_k
-from echo2_sdk.rewards import RewardGuard, score_directly
+from echo2_sdk.rewards import RewardGuard, RewardWorkerError, score_directly
 from echo2_sdk.rollout_config import answer_char_limit
 from echo2_sdk.runtime.rollout.backends.base import FINISH_LENGTH, GenerationBackend, SamplingParams
 
@@ -58,6 +58,7 @@ def evaluate(
     mean return, and the play statistics of ``summarize_rollouts`` (legal-action rate, ...) are added.
 
     Returns the metrics of ``avg_at_k`` plus ``split``, ``statuses`` (count of each reward status),
+    ``reward_detail`` (the first failure text of each status but ``ok``),
     ``mean_completion_tokens``, ``truncated_fraction`` (samples that hit ``max_new_tokens``) and
     ``version`` (the backend's policy version).
     """
@@ -85,6 +86,7 @@ def evaluate(
                 **play, "version": getattr(backend, "version", None)}
     rewards: list[list[float]] = []
     statuses: Counter = Counter()
+    details: dict[str, str] = {}
     num_tokens = num_truncated = 0
     for batch_index, start in enumerate(range(0, len(examples), batch_size)):
         batch = examples[start : start + batch_size]
@@ -110,6 +112,9 @@ def evaluate(
         else:
             results = [score_directly(adapter, example, text, max_chars=max_chars) for example, text in items]
         statuses.update(result.status for result in results)
+        for result in results:
+            if result.status != "ok":
+                details.setdefault(result.status, result.detail)
         rewards.extend(
             [result.reward for result in results[i * k : (i + 1) * k]] for i in range(len(batch))
         )
@@ -118,7 +123,63 @@ def evaluate(
         **avg_at_k(rewards, max_reward=adapter.max_reward, pass_ks=pass_ks),
         "split": split,
         "statuses": dict(statuses),
+        "reward_detail": details,
         "mean_completion_tokens": num_tokens / num_samples,
         "truncated_fraction": num_truncated / num_samples,
         "version": getattr(backend, "version", None),
     }
+
+
+class HeldOutEvaluation:
+    """A run's held-out evaluation: the learner's current weights, the task's reward under the workers'
+    deadline (``rollout.reward_timeout_s``, in a :class:`RewardGuard` child process) so that a slow reward
+    costs at most the deadline per sample and a hung one scores 0 as ``timeout`` instead of hanging the
+    run. Failures go to ``failures`` (a ``RewardFailures``). Multi-turn tasks score while playing."""
+
+    def __init__(self, cfg, adapter: BaseTaskAdapter, tokenizer, failures) -> None:
+        self.cfg, self.adapter, self.tokenizer, self.failures = cfg, adapter, tokenizer, failures
+        self.guard: RewardGuard | None = None
+        self.unguarded = False
+
+    def run(self, learner, step: int) -> dict:
+        """Evaluate the learner's current weights (``step``: where the run is, for the failure report)."""
+        from echo2_sdk.runtime.rollout.backends.hf import HFBackend
+
+        model = learner.evaluation_model()
+        try:
+            return self.score(HFBackend(model, self.tokenizer, device=learner.device, version=learner.version), step)
+        finally:
+            model.eval()
+
+    def score(self, backend: GenerationBackend, step: int) -> dict:
+        """Generate with ``backend`` and score under the guard."""
+        t = self.cfg.train
+        params = SamplingParams(temperature=t.eval_temperature, top_p=1.0,
+                                max_new_tokens=t.eval_max_new_tokens or self.cfg.rollout.max_new_tokens, seed=t.seed)
+        if self.guard is None and not self.unguarded and not isinstance(self.adapter, MultiTurnTaskAdapter):
+            try:
+                self.guard = RewardGuard(self.cfg.task.name, dict(self.cfg.task.options), t.seed,
+                                         timeout_s=self.cfg.rollout.reward_timeout_s,
+                                         max_chars=eval_answer_char_limit(self.cfg))
+            except RewardWorkerError as exc:  # e.g. a script without `if __name__ == "__main__":` (spawn)
+                self.unguarded = True
+                self.failures.log(f"held-out evaluation: the reward process did not start, so rewards are scored "
+                                  f"here without rollout.reward_timeout_s ({str(exc).splitlines()[0][:300]})")
+        result = evaluate(self.adapter, backend, self.tokenizer, split="eval", k=t.eval_samples, params=params,
+                          guard=self.guard, limit=t.eval_max_examples, max_chars=eval_answer_char_limit(self.cfg))
+        self.failures.note("held-out evaluation", result.get("statuses", {}), result.get("reward_detail", {}), step)
+        return result
+
+    def close(self) -> None:
+        guard, self.guard = self.guard, None
+        if guard is not None:
+            guard.close()
+
+
+def format_eval(ev: dict) -> str:
+    """One line of an evaluation's headline figures (for the run log)."""
+    if "legal_action_rate" in ev:  # multi-turn: "accuracy" would only be the share of winning episodes
+        keys = [k for k in ("episodes", "mean_return", "chips_per_hand", "legal_action_rate") if ev.get(k) is not None]
+    else:
+        keys = [k for k in ev if k.startswith("avg@") or k in ("accuracy", "num_examples")]
+    return ", ".join(f"{k}={ev[k]:.3f}" if isinstance(ev[k], float) else f"{k}={ev[k]}" for k in keys)

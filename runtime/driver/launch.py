@@ -57,6 +57,14 @@ class DriverRunner:
     def __init__(self) -> None:
         self._lines: list[str] = []
         self._lock = threading.Lock()
+        self._trainer = None
+        self._stop: int | None = None
+
+    def request_stop(self, signum: int) -> None:
+        """``echo2 train`` got SIGINT/SIGTERM: end the run at the next step boundary, with a checkpoint."""
+        self._stop = self._stop or signum
+        if self._trainer is not None:
+            self._trainer.stop.requested = self._trainer.stop.requested or signum
 
     def _log(self, line: str) -> None:
         with self._lock:
@@ -83,7 +91,10 @@ class DriverRunner:
 
         where = self.where()
         self._log(f"learner on node {where['node'][:12]} ({where['host']}); run directory {run_dir} on that node")
-        summary = Trainer(cfg, run_dir, resume=resume, ray_address=address, log=self._log).fit()
+        self._trainer = Trainer(cfg, run_dir, resume=resume, ray_address=address, log=self._log)
+        if self._stop:  # asked to stop while setting up: fit() ends before the first step
+            self._trainer.stop.requested = self._stop
+        summary = self._trainer.fit()
         summary["learner_node"] = where["node"]
         return summary
 
@@ -104,12 +115,18 @@ def _train_placed(cfg: Echo2Config, run_dir: str, resume: bool, address: str | N
                   log: Callable[[str], None]) -> dict[str, Any]:
     import ray
 
+    from echo2_sdk.runtime.driver.stop import StopRequest
+
     owns = setup.init_ray(cfg, address)
+    stop = StopRequest(log)
+    stop.install()  # after ray.init, which sets its own SIGTERM handler
     runner = None
     try:
         node = check_learner_placement(cfg)
         log(f"placing the learner with {placement} (e.g. node {node[:12]})")
-        runner = ray.remote(DriverRunner).options(max_concurrency=2, **placement).remote()
+        # Three threads: run, the log polling, and a stop request.
+        runner = ray.remote(DriverRunner).options(max_concurrency=3, **placement).remote()
+        stop.forward, stop.graceful = runner.request_stop.remote, True
         done = runner.run.remote(cfg, run_dir, resume, address or cfg.runtime.ray_address, os.getcwd())
         offset, t0, warned = 0, time.monotonic(), False
         while True:
@@ -127,6 +144,7 @@ def _train_placed(cfg: Echo2Config, run_dir: str, resume: bool, address: str | N
                 warned = True
         return ray.get(done)
     finally:
+        stop.restore()
         if runner is not None:
             ray.kill(runner)  # its rollout workers are its children and go with it
         if owns:

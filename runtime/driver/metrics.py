@@ -17,8 +17,8 @@ from echo2_sdk.config import Echo2Config, to_dict
 from echo2_sdk.records import Rollout
 from echo2_sdk.runtime.admission.base import AdmissionCounters
 
-LEARNER_KEYS = ("pg_loss", "kl", "clip_frac", "tis_mean", "tis_max", "tis_trunc_frac", "grad_norm", "lr",
-                "micro_batches", "padding_frac", "micro_batch_tokens_max")
+LEARNER_KEYS = ("pg_loss", "kl", "clip_frac", "tis_mean", "tis_max", "tis_trunc_frac", "is_masked_frac", "grad_norm",
+                "lr", "micro_batches", "padding_frac", "micro_batch_tokens_max")
 
 
 @dataclass
@@ -151,6 +151,7 @@ class RunStats:
                 "first_rollout_after_publish_s": None if first is None else round(first - rec["t_publish_s"], 3),
                 "switch_lag_s_median": round((lags[(len(lags) - 1) // 2] + lags[len(lags) // 2]) / 2, 3) if lags else None,
                 "switch_lag_s_max": round(lags[-1], 3) if lags else None,
+                "snapshot": rec.get("snapshot"), "bytes_full": rec.get("bytes_full"), "bytes_sent": rec.get("bytes_sent"),
             })
         return table
 

@@ -99,7 +99,8 @@ def learner_spec(cfg: Echo2Config, base_path: str):
         lr=a.lr, weight_decay=a.weight_decay, max_grad_norm=a.max_grad_norm, num_minibatches=a.num_minibatches,
         loss_name=a.loss,
         loss_kwargs={"clip_eps_low": a.clip_eps_low, "clip_eps_high": a.clip_eps_high, "tis_cap": a.tis_cap,
-                     "kl_coef": a.kl_coef, "loss_agg": a.loss_agg},
+                     "kl_coef": a.kl_coef, "loss_agg": a.loss_agg, "correction": a.correction,
+                     "is_low": a.is_low, "is_high": a.is_high},
         temperature=cfg.rollout.temperature if cfg.rollout.temperature > 0 else 1.0, seed=cfg.train.seed,
         micro_batch_tokens=ln.micro_batch_tokens, precision=ln.precision,
         gradient_checkpointing=ln.gradient_checkpointing, num_ranks=ln.num_ranks, check_memory=ln.check_memory,
@@ -151,8 +152,23 @@ def init_ray(cfg: Echo2Config, address: str | None) -> bool:
             ) from exc
         return True
     num_cpus = cfg.runtime.ray_num_cpus or max(2, cfg.num_workers + 1)
+    listen_on_loopback_only()
     ray.init(num_cpus=num_cpus, **kwargs)
     return True
+
+
+def listen_on_loopback_only() -> None:
+    """Make the single-machine Ray cluster this run starts bind loopback, not every interface.
+
+    Ray resolves "127.0.0.1" to the machine's routable address, and its GCS, raylet and worker gRPC
+    servers then listen on 0.0.0.0 — open to the network for a run that never leaves the machine. With
+    cluster mode off (``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0``, its switch for single-machine platforms)
+    Ray takes loopback as the node address and every server binds 127.0.0.1. The environment variable
+    reaches Ray's own processes; the module flag covers a Ray already imported in this one."""
+    os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+    from ray._private import ray_constants
+
+    ray_constants.ENABLE_RAY_CLUSTER = False
 
 
 def joined_cluster(cfg: Echo2Config, address: str | None = None) -> bool:
@@ -246,5 +262,17 @@ def build_transport(cfg: Echo2Config, address: str | None = None):
         topology=b.topology, uplink_mbps=b.uplink_mbps, worker_mbps=b.worker_mbps, latency_ms=b.latency_ms,
         chunk_kb=b.chunk_kb, bind_host=bind, advertise_host=advertise,
         worker_bind_host=bind, receive_timeout_s=b.receive_timeout_s, emulate_worker_links=b.emulate_links,
-        port_range=b.port_range,
+        port_range=b.port_range, delta=delta_policy(cfg),
     )
+
+
+def delta_policy(cfg: Echo2Config):
+    """``broadcast.delta*`` as the broadcaster's policy (None: always full snapshots); ``delta: null``
+    means on for 16-bit snapshots only (float32 ones change in every value: a delta never pays)."""
+    b = cfg.broadcast
+    if not (b.delta if b.delta is not None else cfg.model.dtype != "float32"):
+        return None
+    from echo2_sdk.runtime.broadcast.delta_plan import DeltaPolicy
+
+    return DeltaPolicy(max_fraction=b.delta_max_fraction, keyframe_every=b.delta_keyframe_every,
+                       level=b.delta_zstd_level)

@@ -5,6 +5,10 @@ the buffer (v ≥ v_t − S); the learner trains whenever P admissible groups ex
 snapshot every κ steps without waiting for its delivery. Time spent waiting for admissible groups is
 the bubble. Sync: generate P groups with the current weights, train one step, publish and wait for
 every worker to install it, repeat (the verl-sync baseline) — same workers, buffer and learner.
+
+SIGINT/SIGTERM stop a run between steps with a checkpoint, the summary and the plots (stop.py); the run
+directory is locked for the run's life (rundir.py); ``resume`` continues from the newest verified
+checkpoint (resume.py).
 """
 
 from __future__ import annotations
@@ -21,16 +25,20 @@ from echo2_sdk.records import RecordLimits, RolloutGroup
 from echo2_sdk.registry import make_task
 from echo2_sdk.runtime.admission.base import AdmissionCounters
 from echo2_sdk.runtime.admission.gate import AdmissionGate
+from echo2_sdk.runtime.admission.request import PromptRenderer
 from echo2_sdk.runtime.driver import setup
 from echo2_sdk.runtime.learning.batching import collate
 from echo2_sdk.runtime.driver.data import PromptStream
+from echo2_sdk.runtime.driver.evaluation import format_eval
 from echo2_sdk.runtime.broadcast.delivery import DeliveryTracker, delivery_summary
 from echo2_sdk.runtime.driver.metrics import RunStats, progress_line, summarize
 from echo2_sdk.runtime.rollout.pool import RolloutPool
 from echo2_sdk.runtime.planning.control import PoolController
+from echo2_sdk.runtime.driver.resume import load_newest, verified_checkpoints
+from echo2_sdk.runtime.driver.reward_failures import RewardFailures
 from echo2_sdk.runtime.driver.rundir import RunDir
+from echo2_sdk.runtime.driver.stop import StopRequest
 from echo2_sdk.runtime.models.modeling import quiet_libraries
-from echo2_sdk.runtime.rollout.backends.base import SamplingParams
 
 
 class Trainer:
@@ -38,9 +46,23 @@ class Trainer:
                  ray_address: str | None = None, log: Callable[[str], None] = print) -> None:
         self.cfg, self.log = cfg, log
         setup.check_resources(cfg, ray_address)
+        self.stop = StopRequest(log)  # during setup a signal aborts at once: there is nothing to save yet
+        self.stop.install()
+        # Locked for this run's life; a mistyped --resume path creates nothing.
+        self.run = RunDir(run_dir, cfg, resume=resume)  # also starts the train.report_to trackers
+        self.pool = self.held_out = self.owns_ray = None
+        self._released = False
+        try:
+            self._setup(run_dir, resume, ray_address)
+        except BaseException:
+            self._release(aborting=True)
+            raise
+
+    def _setup(self, run_dir: str, resume: bool, ray_address: str | None) -> None:
+        cfg, log = self.cfg, self.log
+        candidates = verified_checkpoints(self.run, log) if resume else []  # before anything slow starts
         quiet_libraries()
         setup.seed_everything(cfg.train.seed)
-        self.run = RunDir(run_dir, cfg)  # also starts the train.report_to trackers
         (self.run.path / "config.yaml").write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
         self.adapter = make_task(cfg.task.name, cfg.task.options, seed=cfg.train.seed)
         # Names resolve after the task module is imported (it may register its own); a typo fails here,
@@ -54,20 +76,22 @@ class Trainer:
         torch.set_num_threads(cfg.runtime.learner_threads)
         self.base_path = setup.prepare_base_model(cfg, self.adapter, self.run, log)
         self.owns_ray = setup.init_ray(cfg, ray_address)  # before the learner: its ranks may be Ray actors
+        self.stop.install()  # again: ray.init replaced the SIGTERM handler
         self.learner, self.tokenizer = setup.build_learner(cfg, self.base_path, log)
         self.stats, counters = RunStats(), AdmissionCounters()
         self.step, position = 0, 0
+        self.checkpointed_step: int | None = None
         if resume:
-            ckpt = self.run.latest_checkpoint()
-            if ckpt is None:
-                raise FileNotFoundError(f"--resume {run_dir}: no checkpoints under {self.run.checkpoints}")
-            extra = self.learner.load_checkpoint(str(ckpt))
+            ckpt, extra = load_newest(self.learner, candidates, self.run, log)
             self.step, position = extra["step"], extra["data_position"]
+            self.checkpointed_step = self.step
             self.stats = RunStats.from_dict(extra["stats"])
             # Checkpoints written before the admission gate kept its counters with the run statistics.
             counters = AdmissionCounters.from_dict(extra.get("admission", extra["stats"]))
-            self.run.truncate_metrics(self.step)
-            log(f"resumed from {ckpt} at step {self.step}, version {self.learner.version}")
+            dropped = self.run.truncate_metrics(self.step)
+            again = f"; {dropped} metrics rows after step {self.step} dropped (those steps run again)" if dropped else ""
+            log(f"resumed from {ckpt} at step {self.step}, version {self.learner.version}{again}")
+        self.reward_failures = RewardFailures(log)
         self.stream = PromptStream(self.adapter.examples("train"), cfg.train.seed, position)
         self.published = self.learner.version
         r = cfg.rollout
@@ -99,8 +123,9 @@ class Trainer:
 
         self.agreement = SamplerAgreement(r.logprob_tolerance, r.logprob_check_min_tokens, log=log)
         self.audit = _reward_audit(cfg, self.adapter, self.tokenizer, specs, log)
-        self.gate = AdmissionGate(staleness=self.staleness, limits=RecordLimits(vocab_size=len(self.tokenizer)),
-                                  audit=self.audit, counters=counters)
+        self.gate = AdmissionGate(staleness=self.staleness, limits=_record_limits(cfg, self.adapter, self.tokenizer),
+                                  audit=self.audit, counters=counters,
+                                  prompt_ids=PromptRenderer(self.adapter, self.tokenizer))
         self.buffer = self.gate.buffer  # what the gate admitted, drawn from by the learner
         self.t_start = time.perf_counter()
         if self.learner.version > 0:  # resumed: workers start from the restored weights
@@ -108,27 +133,61 @@ class Trainer:
 
     # ------------------------------------------------------------------------------------------
     def fit(self) -> dict[str, Any]:
-        cfg = self.cfg
+        """Train to ``train.steps`` (or to a graceful stop: see ``summary["stopped"]``) and return the summary."""
+        self.stop.graceful = True  # from now on the first signal stops at a step boundary, with a checkpoint
         try:
-            if self.step == 0:
-                before = self.evaluate()
-                self.stats.on_eval("before", before)
-                self.log(f"held-out before training: {_fmt_eval(before)}")
-            # wall_s counts training only: the clock starts after setup and the first evaluation.
-            self.t_start = time.perf_counter() - self.stats.wall_offset_s
-            (self._run_sync if self.sync else self._run_async)()
+            try:
+                workers = self._fit()
+            except BaseException:
+                self._release(aborting=True)
+                raise
+            self._release(aborting=False)
+            return self._summarize(workers)
+        finally:
+            self.run.close()
+            self.stop.restore()
+
+    def _fit(self) -> list[dict]:
+        if self.step == 0 and not self.stop.requested:
+            before = self.evaluate()
+            self.stats.on_eval("before", before)
+            self.log(f"held-out before training: {format_eval(before)}")
+        # wall_s counts training only: the clock starts after setup and the first evaluation.
+        self.t_start = time.perf_counter() - self.stats.wall_offset_s
+        (self._run_sync if self.sync else self._run_async)()
+        if not self.stop.requested:
             after = self.evaluate()
             self.stats.on_eval("after", after)
-            self.log(f"held-out after training:  {_fmt_eval(after)}")
+            self.log(f"held-out after training:  {format_eval(after)}")
+        if self.step > 0:  # stopped before the first step: nothing was learned, nothing to resume
             self._checkpoint()
-        finally:
-            self._delivered(self.deliveries.finish_all(timeout_s=30.0))
-            workers = self.pool.worker_report()
-            self.pool.shutdown()
-            self.audit.close()
-            self.learner.close()
-            if self.owns_ray:
-                ray.shutdown()
+        # A graceful stop does not wait long for snapshots still travelling: the next run republishes.
+        self._delivered(self.deliveries.finish_all(timeout_s=5.0 if self.stop.requested else 30.0))
+        return self.pool.worker_report()
+
+    def _release(self, *, aborting: bool) -> None:
+        """Stop everything the run started (idempotent). ``aborting``: also release the run directory and the
+        signal handlers now (a clean end does that after writing the summary)."""
+        if self._released:
+            return
+        self._released = True  # the pool object stays: the summary reads its transport's counters
+        for close in (self.pool and self.pool.shutdown, getattr(self, "audit", None) and self.audit.close,
+                      self.held_out and self.held_out.close, getattr(self, "learner", None) and self.learner.close):
+            if close:
+                try:
+                    close()
+                except Exception as exc:  # one failing part must not keep the others (or Ray) running
+                    self.log(f"shutdown: {type(exc).__name__}: {str(exc)[:200]}")
+        self.held_out = None
+        if self.owns_ray:
+            self.owns_ray = False
+            ray.shutdown()
+        if aborting:
+            self.run.close()
+            self.stop.restore()
+
+    def _summarize(self, workers: list[dict]) -> dict[str, Any]:
+        cfg = self.cfg
         rows = self.run.read_metrics()
         summary = summarize(cfg, rows, stats=self.stats, admission=self.gate.counters, staleness=self.staleness,
                             kappa=self.kappa, steps=self.step, version=self.learner.version,
@@ -137,15 +196,20 @@ class Trainer:
         summary["broadcast"] = {
             "transport": cfg.broadcast.transport, "topology": cfg.broadcast.topology,
             **delivery_summary(self.stats.deliveries), "by_version": self.stats.version_table(),
+            "refused": self.pool.transport.refusals(),
         }
         summary["sampler_agreement"] = self.agreement.summary()
         summary["reward_audit"] = self.audit.summary()
+        summary["reward_failures"] = self.reward_failures.summary()
+        if self.stop.requested:
+            ckpt = self.run.checkpoint_dir(self.step) if self.checkpointed_step == self.step else None
+            summary["stopped"] = {"signal": self.stop.name, "step": self.step,
+                                  "checkpoint": str(ckpt) if ckpt is not None else None}
         if cfg.train.plots:
             from echo2_sdk.runtime.driver.plots import write_plots
 
             summary["plots"] = write_plots(rows, self.stats.staleness_counts, self.run.path)
         self.run.write_summary(summary)
-        self.run.close()
         return summary
 
     # ------------------------------------------------------------------------------------------
@@ -154,7 +218,8 @@ class Trainer:
             self.pool.submit(slot, self.stream.take(self.cfg.rollout.prompts_per_request))
 
     def _ingest(self, results) -> None:
-        for slot, result in results:
+        for finished in results:
+            slot, result = finished.slot, finished.result
             if isinstance(result, Exception):
                 self.gate.count_worker_error()
                 what = "died; no more work goes to it" if slot.dead else "request failed; continuing"
@@ -162,10 +227,11 @@ class Trainer:
                 if self.pool.exhausted():
                     raise RuntimeError("every rollout worker has died; see the errors above") from result
                 continue
+            self.reward_failures.note(f"worker {slot.name}", result.reward_status, result.reward_detail, self.step)
             if self.controller is not None:  # μ_i = rollouts per generating second (throttle included)
                 self.controller.on_result(slot.name, result.num_rollouts, result.t_generate_s + result.t_throttle_s)
             admitted = self.gate.admit(slot.name, result, newest_version=self.published,
-                                       learner_version=self.learner.version)
+                                       learner_version=self.learner.version, request=finished.request)
             self.stats.on_result(slot.name, result.installed, admitted.arrived_versions,
                                  time.perf_counter() - self.t_start)
         for name in self.audit.to_evict():
@@ -174,7 +240,7 @@ class Trainer:
     def _run_async(self) -> None:
         for slot in self.pool.slots:
             self._fill(slot)
-        while self.step < self.cfg.train.steps:
+        while self.step < self.cfg.train.steps and not self.stop.requested:
             self._collect(0.0)
             groups = self.buffer.take(self.cfg.train.prompts_per_step, self.learner.version)
             if groups is None:
@@ -188,17 +254,19 @@ class Trainer:
 
     def _run_sync(self) -> None:
         P = self.cfg.train.prompts_per_step
-        while self.step < self.cfg.train.steps:
+        while self.step < self.cfg.train.steps and not self.stop.requested:
             t0 = time.perf_counter()
-            while self.buffer.num_admissible(self.learner.version) < P:
+            while self.buffer.num_admissible(self.learner.version) < P and not self.stop.requested:
                 missing = P - len(self.buffer)
                 for i in range(0, missing, self.cfg.rollout.prompts_per_request):
                     live = self.pool.live_slots
                     slot = live[(i // self.cfg.rollout.prompts_per_request) % len(live)]
                     self.pool.submit(slot, self.stream.take(min(self.cfg.rollout.prompts_per_request, missing - i)))
-                while self.pool.pending():
+                while self.pool.pending() and not self.stop.requested:
                     self._collect(0.5)
             self.stats.on_idle(time.perf_counter() - t0)
+            if self.stop.requested:  # abandon the step still waiting for rollouts
+                break
             self._train(self.buffer.take(P, self.learner.version))
             t1 = time.perf_counter()
             self._wait_installed(self._publish())
@@ -242,8 +310,8 @@ class Trainer:
         results = self.pool.collect(timeout_s)
         self._ingest(results)
         if not self.sync:
-            for slot, _ in results:
-                self._fill(slot)
+            for finished in results:
+                self._fill(finished.slot)
         if self.controller is not None:  # heartbeat round when due; newly started workers get work
             self.controller.tick(time.perf_counter())
             for slot in self.pool.slots:
@@ -274,36 +342,39 @@ class Trainer:
         every = max(1, self.cfg.train.steps // 25)
         if self.step % every == 0 or self.step == 1 or self.step == self.cfg.train.steps:
             self.log(progress_line(row, self.cfg.train.steps))
-        if self.cfg.train.eval_every and self.step % self.cfg.train.eval_every == 0:
+        if self.cfg.train.eval_every and self.step % self.cfg.train.eval_every == 0 and not self.stop.requested:
             self.stats.on_eval(f"step_{self.step}", self.evaluate())
         if self.cfg.train.checkpoint_every and self.step % self.cfg.train.checkpoint_every == 0:
             self._checkpoint()
 
     def _checkpoint(self) -> None:
+        if self.checkpointed_step == self.step:  # the periodic one of this step is already on disk
+            return
         self.stats.on_checkpoint(time.perf_counter() - self.t_start)
         self.learner.save_checkpoint(
             str(self.run.checkpoint_dir(self.step)),
             extra={"step": self.step, "data_position": self.stream.position, "stats": self.stats.to_dict(),
                    "admission": self.gate.counters.to_dict()},
         )
+        self.checkpointed_step = self.step
+        self.run.prune_checkpoints(self.cfg.train.keep_checkpoints, self.step)
 
     def evaluate(self) -> dict[str, Any]:
         """Held-out accuracy of the learner's current weights (greedy by default)."""
-        from echo2_sdk.runtime.rollout.backends.hf import HFBackend
-        from echo2_sdk.runtime.driver.evaluation import eval_answer_char_limit, evaluate
+        if self.held_out is None:
+            from echo2_sdk.runtime.driver.evaluation import HeldOutEvaluation
 
-        t = self.cfg.train
-        params = SamplingParams(
-            temperature=t.eval_temperature, top_p=1.0,
-            max_new_tokens=t.eval_max_new_tokens or self.cfg.rollout.max_new_tokens, seed=t.seed,
-        )
-        model = self.learner.evaluation_model()
-        backend = HFBackend(model, self.tokenizer, device=self.learner.device,
-                            version=self.learner.version)
-        result = evaluate(self.adapter, backend, self.tokenizer, split="eval", k=t.eval_samples,
-                          params=params, limit=t.eval_max_examples, max_chars=eval_answer_char_limit(self.cfg))
-        model.eval()
-        return result
+            self.held_out = HeldOutEvaluation(self.cfg, self.adapter, self.tokenizer, self.reward_failures)
+        return self.held_out.run(self.learner, self.step)
+
+def _record_limits(cfg: Echo2Config, adapter, tokenizer) -> RecordLimits:
+    """What a record from a worker may hold: token ids in the vocabulary and, for single-turn tasks, no
+    completion longer than the sampler's ``max_new_tokens`` (a multi-turn completion holds env turns too)."""
+    from echo2_sdk.adapter import MultiTurnTaskAdapter
+
+    single_turn = not isinstance(adapter, MultiTurnTaskAdapter)
+    return RecordLimits(vocab_size=len(tokenizer),
+                        max_completion_tokens=cfg.rollout.max_new_tokens if single_turn else None)
 
 
 def _reward_audit(cfg: Echo2Config, adapter, tokenizer, specs: Sequence[WorkerSpec], log: Callable[[str], None]):
@@ -318,10 +389,3 @@ def _reward_audit(cfg: Echo2Config, adapter, tokenizer, specs: Sequence[WorkerSp
         fraction=r.reward_audit_fraction, audited=audited_workers(specs, r.reward_audit_ray_workers),
         evict_after=r.reward_audit_evict_after, seed=cfg.train.seed, log=log)
 
-
-def _fmt_eval(ev: dict[str, Any]) -> str:
-    if "legal_action_rate" in ev:  # multi-turn: "accuracy" would only be the share of winning episodes
-        keys = [k for k in ("episodes", "mean_return", "chips_per_hand", "legal_action_rate") if ev.get(k) is not None]
-    else:
-        keys = [k for k in ev if k.startswith("avg@") or k in ("accuracy", "num_examples")]
-    return ", ".join(f"{k}={ev[k]:.3f}" if isinstance(ev[k], float) else f"{k}={ev[k]}" for k in keys)

@@ -5,10 +5,16 @@ mini-batch generator are restored with the weights and the optimizer state. Weig
 state are stored whole (gathered from every rank, optimizer state keyed by parameter name), so a
 run resumes with a different number of learner ranks. Saving and loading are collectives when the
 learner is sharded: every rank calls them; rank 0 writes.
+
+Crash safety: a checkpoint is written into a temporary sibling folder and renamed into place only when
+every file is on disk, with ``manifest.json`` (each file's size and SHA-256) written last. A folder
+whose files do not match its manifest is not a checkpoint (:func:`verify_checkpoint`); ``--resume``
+skips it for the previous intact one.
 """
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import os
@@ -27,7 +33,14 @@ _READABLE_FORMATS = ("echo2-learner-checkpoint/1", CHECKPOINT_FORMAT)  # /1: opt
 _MODEL_FILE = "model.safetensors"
 _OPTIMIZER_FILE = "optimizer.pt"
 _STATE_FILE = "trainer_state.pt"
+_REQUIRED = (_MODEL_FILE, _OPTIMIZER_FILE, _STATE_FILE)
 _META_FILE = "meta.json"
+MANIFEST_FILE = "manifest.json"
+_MANIFEST_FORMAT = "echo2-checkpoint-manifest/1"
+
+
+class CheckpointError(ValueError):
+    """A checkpoint folder is incomplete, damaged or unreadable; the message names the folder and the file."""
 
 
 def save_learner_checkpoint(learner, path: str, extra: dict | None = None) -> None:
@@ -71,19 +84,73 @@ def save_learner_checkpoint(learner, path: str, extra: dict | None = None) -> No
         torch.save(state, tmp / _STATE_FILE)
         meta = {key: state[key] for key in ("format", "version", "num_optimizer_steps", "num_ranks")}
         (tmp / _META_FILE).write_text(json.dumps(meta, indent=2) + "\n")
+        # The manifest goes last: a folder holding one was complete when it was written.
+        files = {file.name: _describe(file) for file in sorted(tmp.iterdir())}
+        (tmp / MANIFEST_FILE).write_text(json.dumps({"format": _MANIFEST_FORMAT, "files": files}, indent=1) + "\n")
         for file in tmp.iterdir():
             with open(file, "rb") as handle:
                 os.fsync(handle.fileno())
+        _fsync_dir(tmp)
         old = None
         if final.exists():
             old = Path(tempfile.mkdtemp(prefix=f".{final.name}.old-", dir=final.parent))
             os.rename(final, old / final.name)
         os.rename(tmp, final)
+        _fsync_dir(final.parent)  # the rename itself survives a power cut
         if old is not None:
             shutil.rmtree(old, ignore_errors=True)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def _describe(file: Path) -> dict:
+    digest = hashlib.sha256()
+    with open(file, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 22), b""):
+            digest.update(block)
+    return {"bytes": file.stat().st_size, "sha256": digest.hexdigest()}
+
+
+def _fsync_dir(folder: Path) -> None:
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    except OSError:  # some file systems cannot fsync a directory; the data files are synced anyway
+        pass
+    finally:
+        os.close(fd)
+
+
+def verify_checkpoint(path: str | os.PathLike) -> None:
+    """Raise :class:`CheckpointError` unless ``path`` is a complete checkpoint whose files match its
+    manifest (size, then SHA-256). A folder written before manifests existed passes when its required
+    files are there; their contents are checked when they load."""
+    folder = Path(path)
+    missing = [name for name in _REQUIRED if not (folder / name).is_file()]
+    manifest_path = folder / MANIFEST_FILE
+    if not manifest_path.is_file():
+        if missing:
+            raise CheckpointError(f"{folder}: incomplete checkpoint (no {MANIFEST_FILE}, missing {missing})")
+        return
+    try:
+        manifest = json.loads(manifest_path.read_text())
+        files = manifest["files"]
+    except (OSError, ValueError, KeyError, TypeError):
+        raise CheckpointError(f"{folder}: {MANIFEST_FILE} is unreadable") from None
+    absent = missing or [name for name in _REQUIRED if name not in files]
+    if absent:
+        raise CheckpointError(f"{folder}: incomplete checkpoint ({', '.join(absent)} missing)")
+    for name, want in files.items():
+        file = folder / name
+        if not file.is_file():
+            raise CheckpointError(f"{folder}: {name} is missing")
+        size = file.stat().st_size
+        if size != want.get("bytes"):
+            raise CheckpointError(f"{folder}: {name} has {size} bytes, its manifest says {want.get('bytes')} "
+                                  "(truncated or overwritten)")
+        if _describe(file)["sha256"] != want.get("sha256"):
+            raise CheckpointError(f"{folder}: {name} does not match its SHA-256 in {MANIFEST_FILE} (damaged)")
 
 
 def _full_optimizer_state(learner) -> dict:
@@ -95,22 +162,29 @@ def _full_optimizer_state(learner) -> dict:
 def load_learner_checkpoint(learner, path: str) -> dict:
     """Restore weights, optimizer, version and all RNG states from `path`; return `extra`."""
     folder = Path(path)
-    required = (_MODEL_FILE, _OPTIMIZER_FILE, _STATE_FILE)
-    missing = [name for name in required if not (folder / name).is_file()]
+    missing = [name for name in _REQUIRED if not (folder / name).is_file()]
     if missing:
         raise FileNotFoundError(
             f"{folder} is not a complete learner checkpoint (missing {missing}); "
             "pass a directory written by Learner.save_checkpoint"
         )
-    state = torch.load(folder / _STATE_FILE, map_location="cpu", weights_only=True)
+    try:
+        state = torch.load(folder / _STATE_FILE, map_location="cpu", weights_only=True)
+    except Exception as exc:  # truncated or not a torch file: the folder's fault, not the learner's
+        raise CheckpointError(f"{folder}: {_STATE_FILE} is unreadable ({type(exc).__name__}: {str(exc)[:200]})") from exc
     if state.get("format") not in _READABLE_FORMATS:
-        raise ValueError(
+        raise CheckpointError(
             f"{folder} has checkpoint format {state.get('format')!r}, "
             f"this learner reads {list(_READABLE_FORMATS)}"
         )
     from echo2_sdk.runtime.learning.sharding import load_model_state, load_optimizer_state
 
-    weights = load_file(str(folder / _MODEL_FILE))
+    try:
+        weights = load_file(str(folder / _MODEL_FILE))
+        optimizer_state = torch.load(folder / _OPTIMIZER_FILE, map_location="cpu", weights_only=True)
+    except Exception as exc:
+        raise CheckpointError(f"{folder}: a weights or optimizer file is unreadable "
+                              f"({type(exc).__name__}: {str(exc)[:200]})") from exc
     tied = getattr(learner, "tied", {})
     for alias, name in tied.items():
         if alias not in weights and name in weights:
@@ -118,7 +192,6 @@ def load_learner_checkpoint(learner, path: str) -> dict:
     dtype = next(learner.model.parameters()).dtype
     weights = {k: v.to(dtype) if v.is_floating_point() else v for k, v in weights.items()}
     load_model_state(learner.model, weights, learner.sharded)
-    optimizer_state = torch.load(folder / _OPTIMIZER_FILE, map_location="cpu", weights_only=True)
     if state["format"] == "echo2-learner-checkpoint/1":
         optimizer_state = _by_name(learner, optimizer_state)
     load_optimizer_state(learner.model, learner.optimizer, optimizer_state, learner.sharded)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+from echo2_sdk.adapter import Example
 from echo2_sdk.config import VLLMOptions
 from echo2_sdk.runtime.rollout.backends.base import SamplingParams
 
@@ -45,6 +46,18 @@ class WorkerSettings:
     """Simulated throughput cap of this worker in generated tokens per second (None: no cap)."""
 
 
+@dataclass(frozen=True)
+class SentRequest:
+    """What the pool asked one worker for in one generate call. The reply comes from a machine the
+    learner may not trust, so the admission gate checks it against this, never against what the reply
+    says about itself: one group per example asked, of exactly ``samples_per_prompt`` records."""
+
+    examples: tuple[Example, ...]
+    """The examples sent, in order (an example may appear twice when the prompt stream wraps)."""
+    samples_per_prompt: int
+    """n: the records each group must hold (the worker's ``WorkerSettings.samples_per_prompt``)."""
+
+
 @dataclass
 class GenerationResult:
     """What one ``generate`` call returns to the driver."""
@@ -69,6 +82,9 @@ class GenerationResult:
     """Versions installed since the last call → wall time (time.time()) of the install."""
     node: str = ""
     """Where it was generated: the Ray node id of the worker's actor (the hostname outside Ray)."""
+    reward_detail: dict[str, str] = field(default_factory=dict)
+    """For each reward status but ``ok`` in this reply: the text of its first occurrence (the exception,
+    the deadline), so that the driver can show why rewards failed, not only how often."""
 
     @property
     def num_rollouts(self) -> int:

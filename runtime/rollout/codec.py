@@ -22,6 +22,12 @@ from echo2_sdk.runtime.rollout.base import GenerationResult, WorkerSettings
 
 MAX_RESULT_BYTES = 256 * 1024 * 1024
 """A generate reply larger than this is refused unread (a sane one is a few MB)."""
+MAX_INSTALLED = 1024
+"""Installs one reply may report (one per snapshot published since the worker's previous reply): the
+learner keeps every one for the run's statistics, so the count must not be the worker's to choose."""
+MAX_REWARD_STATUSES, MAX_STATUS_CHARS = 64, 64
+"""Distinct reward outcomes one reply may report, and their name length: they are counted for the whole
+run (a handful exist: ``ok``, ``timeout``, ...)."""
 
 
 class MalformedReply(ValueError):
@@ -64,8 +70,9 @@ def result_from_json(data: bytes | str):
         raise MalformedReply(f"reply of {len(data)} bytes exceeds the {MAX_RESULT_BYTES}-byte limit")
     try:
         doc = json.loads(data)
-    except (UnicodeDecodeError, json.JSONDecodeError, TypeError) as exc:
-        raise MalformedReply(f"reply is not JSON ({type(data).__name__}): {exc}") from None
+    # ValueError: an integer of more digits than Python converts; RecursionError: nesting too deep.
+    except (UnicodeDecodeError, ValueError, TypeError, RecursionError) as exc:
+        raise MalformedReply(f"reply is not JSON ({type(data).__name__}): {str(exc)[:200]}") from None
     if not isinstance(doc, dict):
         raise MalformedReply(f"reply must be a JSON object, got {type(doc).__name__}")
     known = {f.name for f in dataclasses.fields(GenerationResult)}
@@ -83,20 +90,38 @@ def result_from_json(data: bytes | str):
         raise MalformedReply(f"reply: version must be an integer ≥ 0, got {doc['version']!r}")
     for key in _NUMBERS:
         if not _is_number(doc[key]) or doc[key] < 0:
-            raise MalformedReply(f"reply: {key} must be a finite number ≥ 0, got {doc[key]!r}")
+            raise MalformedReply(f"reply: {key} must be a finite number ≥ 0, got {str(doc[key])[:40]}")
+    if not _is_int(doc["num_tokens"]):
+        raise MalformedReply(f"reply: num_tokens must be an integer, got {str(doc['num_tokens'])[:40]}")
     status = doc.get("reward_status", {})
-    if not isinstance(status, dict) or not all(isinstance(k, str) and _is_int(n) for k, n in status.items()):
-        raise MalformedReply(f"reply: reward_status must map strings to counts, got {str(status)[:120]}")
-    installed = doc.get("installed", {})
-    try:
-        installed = {int(v): float(t) for v, t in installed.items()}
-    except (AttributeError, TypeError, ValueError):
-        raise MalformedReply(f"reply: installed must map versions to times, got {str(installed)[:120]}") from None
-    doc["installed"] = installed
+    if (not isinstance(status, dict) or len(status) > MAX_REWARD_STATUSES
+            or not all(isinstance(k, str) and len(k) <= MAX_STATUS_CHARS and _is_int(n) and n >= 0
+                       for k, n in status.items())):
+        raise MalformedReply(f"reply: reward_status must map at most {MAX_REWARD_STATUSES} short strings to "
+                             f"counts ≥ 0, got {str(status)[:120]}")
+    detail = doc.get("reward_detail", {})
+    if not isinstance(detail, dict) or not all(isinstance(k, str) and isinstance(t, str) for k, t in detail.items()):
+        raise MalformedReply(f"reply: reward_detail must map statuses to texts, got {str(detail)[:120]}")
+    doc["reward_detail"] = {k: t[:500] for k, t in list(detail.items())[:8]}  # bounded: it is only shown
+    doc["installed"] = _installed(doc.get("installed", {}))
     for key in ("node",):
         if key in doc and not isinstance(doc[key], str):
             raise MalformedReply(f"reply: {key} must be a string")
     return GenerationResult(**doc)
+
+
+def _installed(raw: Any) -> dict[int, float]:
+    """``installed`` of a reply: at most :data:`MAX_INSTALLED` versions ≥ 0 → finite wall times."""
+    if not isinstance(raw, dict) or len(raw) > MAX_INSTALLED:
+        raise MalformedReply(f"reply: installed must map at most {MAX_INSTALLED} versions to times, "
+                             f"got {str(raw)[:120]}")
+    try:
+        installed = {int(v): float(t) for v, t in raw.items()}
+    except (TypeError, ValueError, OverflowError):
+        raise MalformedReply(f"reply: installed must map versions to times, got {str(raw)[:120]}") from None
+    if not all(v >= 0 and math.isfinite(t) for v, t in installed.items()):
+        raise MalformedReply(f"reply: installed needs versions ≥ 0 and finite times, got {str(raw)[:120]}")
+    return installed
 
 
 def _is_int(value: Any) -> bool:
@@ -104,7 +129,12 @@ def _is_int(value: Any) -> bool:
 
 
 def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # a JSON integer too large for a float
+        return False
 
 
 # ---- worker settings (learner -> worker) ------------------------------------------------------------

@@ -19,7 +19,7 @@ from echo2_sdk.config import WorkerSpec
 from echo2_sdk.runtime.broadcast.base import CONTROL, SnapshotTransport
 from echo2_sdk.runtime.broadcast.object_store import ObjectStoreTransport
 from echo2_sdk.runtime.rollout.codec import example_to_dict, result_from_json
-from echo2_sdk.runtime.rollout.base import GenerationResult, WorkerSettings
+from echo2_sdk.runtime.rollout.base import GenerationResult, SentRequest, WorkerSettings
 from echo2_sdk.runtime.rollout.worker import RolloutWorker
 
 
@@ -57,6 +57,17 @@ class WorkerSlot:
     """Seconds it was active over finished activations."""
     node: str = ""
     """Ray node id its latest result came from (learned from results; empty before the first)."""
+
+
+@dataclass(frozen=True)
+class Finished:
+    """One finished call of :meth:`RolloutPool.collect`."""
+
+    slot: WorkerSlot
+    result: GenerationResult | Exception
+    """The decoded generate reply, or why there is none (a failed request or start, a malformed reply)."""
+    request: SentRequest | None
+    """What the pool asked the worker for (None for a worker's start): the reply is checked against it."""
 
 
 class RolloutPool:
@@ -98,6 +109,8 @@ class RolloutPool:
             if not lazy:
                 self._start(slot)
         self._ref_owner: dict[Any, WorkerSlot] = {}
+        self._requests: dict[Any, SentRequest] = {}
+        """What each in-flight generate call asked for (as many entries as calls in flight)."""
         if not lazy:
             ray.get([s.actor.ping.options(concurrency_group=CONTROL).remote() for s in self.slots])
 
@@ -207,6 +220,7 @@ class RolloutPool:
     def _stop(self, slot: WorkerSlot) -> None:
         for ref in list(slot.inflight):
             self._ref_owner.pop(ref, None)
+            self._requests.pop(ref, None)
         slot.inflight.clear()
         for ref in [r for r, s in self._starting.items() if s is slot]:
             del self._starting[ref]
@@ -241,12 +255,13 @@ class RolloutPool:
         ref = slot.actor.generate_wire.remote([example_to_dict(ex) for ex in examples])
         slot.inflight.append(ref)
         self._ref_owner[ref] = slot
+        self._requests[ref] = SentRequest(tuple(examples), self._settings.samples_per_prompt)
 
     def pending(self) -> list[Any]:
         return list(self._ref_owner)
 
-    def collect(self, timeout_s: float) -> list[tuple[WorkerSlot, GenerationResult | Exception]]:
-        """Results finished within ``timeout_s`` (0 = only those already done)."""
+    def collect(self, timeout_s: float) -> list[Finished]:
+        """Calls finished within ``timeout_s`` (0 = only those already done), each with what it asked for."""
         refs = self.pending() + list(self._starting)
         if not refs:
             if timeout_s > 0:  # nothing to wait on (e.g. every active worker died): do not spin
@@ -265,9 +280,10 @@ class RolloutPool:
                 except Exception as exc:
                     slot.errors += 1
                     slot.dead = True
-                    out.append((slot, exc))
+                    out.append(Finished(slot, exc, None))
                 continue
             slot = self._ref_owner.pop(ref)
+            request = self._requests.pop(ref, None)
             slot.inflight.remove(ref)
             slot.last_progress = time.perf_counter()
             try:
@@ -276,7 +292,7 @@ class RolloutPool:
                 slot.errors += 1
                 # A remote worker's lost connection surfaces as ConnectionError: it is gone like a dead actor.
                 slot.dead = slot.dead or isinstance(exc, (ray.exceptions.RayActorError, ConnectionError))
-                out.append((slot, exc))
+                out.append(Finished(slot, exc, request))
                 continue
             slot.samples += result.num_rollouts
             slot.tokens += result.num_tokens
@@ -285,7 +301,7 @@ class RolloutPool:
             slot.throttle_s += result.t_throttle_s
             slot.version = result.version
             slot.node = result.node or slot.node
-            out.append((slot, result))
+            out.append(Finished(slot, result, request))
         return out
 
     def publish(self, state_dict: dict, version: int) -> list[Any]:
@@ -336,3 +352,4 @@ class RolloutPool:
             ray.kill(s.actor)
         self.slots.clear()
         self._ref_owner.clear()
+        self._requests.clear()

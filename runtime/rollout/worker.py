@@ -58,6 +58,7 @@ class RolloutWorker(BroadcastReceiverMixin):
         self._prompt_cache: dict[str, list[int]] = {}
         self._installed: dict[int, float] = {}
         self._calls = 0
+        self._closing = False
 
     # ---- control plane -----------------------------------------------------------------------
     def install(self, state_dict: dict, version: int) -> int:
@@ -103,17 +104,28 @@ class RolloutWorker(BroadcastReceiverMixin):
 
         t1 = time.perf_counter()
         owners = [ex for ex, outs in zip(examples, outputs) for _ in outs]
-        results = self.guard.score_many(list(zip(owners, texts)))
+        try:
+            results = self.guard.score_many(list(zip(owners, texts)))
+        except RuntimeError:
+            if not self._closing:
+                raise
+            # The pool is shutting down (a run's end or stop) with this request in flight: nobody reads
+            # the reply, and an error here would only be printed by Ray as an unhandled traceback.
+            return GenerationResult(worker=self.name, groups=[], version=version, num_tokens=0, t_generate_s=t_gen,
+                                    t_reward_s=0.0, t_throttle_s=t_throttle, node=self.node_id)
         t_reward = time.perf_counter() - t1
 
         groups, k = [], 0
         status: dict[str, int] = {}
+        detail: dict[str, str] = {}
         for ex, prompt_ids, outs in zip(examples, prompts, outputs):
             rollouts = []
             for comp in outs:
                 res = results[k]
                 k += 1
                 status[res.status] = status.get(res.status, 0) + 1
+                if res.status != "ok":
+                    detail.setdefault(res.status, res.detail)
                 rollouts.append(
                     Rollout(
                         prompt_ids=prompt_ids,
@@ -141,6 +153,7 @@ class RolloutWorker(BroadcastReceiverMixin):
             reward_status=status,
             installed=installed,
             node=self.node_id,
+            reward_detail=detail,
         )
 
     def generate_wire(self, examples: Sequence[dict]) -> bytes:
@@ -198,6 +211,7 @@ class RolloutWorker(BroadcastReceiverMixin):
         return {"name": self.name, "version": self.version, "reward": self.guard.stats()}
 
     def close(self) -> None:
+        self._closing = True
         self.broadcast_close()
         self.guard.close()
         getattr(self.backend, "close", lambda: None)()  # a vLLM engine holds a process and memory

@@ -16,7 +16,7 @@ import threading
 from echo2_sdk.config import parse_endpoint
 from echo2_sdk.runtime.rollout.base import WorkerSettings
 from echo2_sdk.runtime.rollout.codec import MAX_RESULT_BYTES, settings_to_dict
-from echo2_sdk.runtime.rollout.remote.protocol import FramedSocket, ProtocolError, authenticate
+from echo2_sdk.runtime.rollout.remote.protocol import MAX_REPLY_HEADER_BYTES, FramedSocket, ProtocolError, authenticate
 
 
 class RemoteWorkerError(RuntimeError):
@@ -58,11 +58,12 @@ class RemoteWorkerProxy:
 
         return int(self._call({"op": "install", "version": int(version)}, payload=state_dict_to_bytes(state_dict)))
 
-    def broadcast_start(self, node_id: str, control_address: tuple[str, int], public_key: bytes,
+    def broadcast_start(self, node_id: str, control_address: tuple[str, int], public_key: bytes, node_key: bytes,
                         link: dict | None = None, bind_host: str = "127.0.0.1",
                         advertise_host: str | None = None, port_range: tuple[int, int] | None = None) -> tuple[str, int]:
         # The remote machine's own --advertise-host / --broadcast-ports win over these (see server).
         args = {"node_id": node_id, "control_address": list(control_address), "public_key": bytes(public_key).hex(),
+                "node_key": bytes(node_key).hex(),
                 "link": link, "bind_host": bind_host, "advertise_host": advertise_host,
                 "port_range": list(port_range) if port_range else None}
         host, port = self._call({"op": "broadcast_start", "args": args})
@@ -109,7 +110,8 @@ class RemoteWorkerProxy:
         try:
             while True:
                 # Workers send JSON only: headers, and a generate reply's document as a capped payload.
-                header, body = self.conn.recv(max_payload_bytes=MAX_RESULT_BYTES)
+                header, body = self.conn.recv(max_payload_bytes=MAX_RESULT_BYTES,
+                                              max_header_bytes=MAX_REPLY_HEADER_BYTES)
                 if header.get("op") != "reply":
                     raise ProtocolError(f"expected a reply, got op {header.get('op')!r}")
                 if body and not header.get("json_payload"):

@@ -5,18 +5,52 @@ one authenticated TCP connection (``protocol``). The learner sends JSON requests
 broadcast calls) and snapshots as raw safetensors bytes; this process answers with JSON only. It runs a
 plain ``RolloutWorker``: same sampling, local reward scoring, snapshot reception over the P2P chain.
 One learner connection at a time; when it ends, the worker is torn down and the next one may connect.
+
+The port is open to the network, so the accept loop never waits on a peer: each new connection
+authenticates on its own thread within a short deadline, reading only tiny frames until the peer has
+proven the token (``protocol.authenticate``), and at most ``MAX_PENDING_HANDSHAKES`` do so at once (a
+new connection cuts the oldest, so idle strangers cannot fill the table against a learner). A silent or
+slow stranger therefore costs one thread for a few seconds and delays no learner; what the handshakes
+refused is counted (``ServeCounters``) and logged.
 """
 
 from __future__ import annotations
 
+import queue
 import socket
 import threading
 import traceback
+from dataclasses import dataclass
 from typing import Callable
 
-from echo2_sdk.runtime.rollout.remote.protocol import FramedSocket, ProtocolError, authenticate
+from echo2_sdk.runtime.rollout.remote.protocol import MAX_HEADER_BYTES, FramedSocket, ProtocolError, authenticate
 
 _OPS = ("init", "generate", "install", "broadcast_start", "broadcast_receive", "broadcast_close", "ping", "stats", "close")
+HANDSHAKE_TIMEOUT_S = 5.0
+"""A connection must have authenticated this long after it was accepted (a learner on the far side of
+the world needs two round trips), or it is dropped."""
+MAX_PENDING_HANDSHAKES = 64
+"""Connections authenticating at once; one more cuts the oldest (which is counted evicted and refused)."""
+MAX_WAITING_SESSIONS = 4
+"""Authenticated learners waiting for the current session to end; one more is closed (and counted)."""
+
+
+@dataclass
+class ServeCounters:
+    """What the accept loop did with the connections it got (written by its threads, read by tests)."""
+
+    accepted: int = 0
+    """TCP connections accepted."""
+    authenticated: int = 0
+    """Connections whose peer proved the token."""
+    refused: int = 0
+    """Connections that failed or did not finish authentication in time, or were evicted (closed)."""
+    evicted: int = 0
+    """Handshakes cut because ``MAX_PENDING_HANDSHAKES`` newer connections arrived."""
+    busy: int = 0
+    """Authenticated learners closed because ``MAX_WAITING_SESSIONS`` already wait for the session."""
+    sessions: int = 0
+    """Learner sessions served to their end."""
 
 
 class WorkerSession:
@@ -33,7 +67,8 @@ class WorkerSession:
     def run(self) -> None:
         try:
             while True:
-                header, payload = self.conn.recv()
+                # An authenticated learner is still held to bounded frames; only a snapshot has a payload.
+                header, payload = self.conn.recv(max_header_bytes=MAX_HEADER_BYTES, payload_ops=("install",))
                 thread = threading.Thread(target=self._handle, args=(header, payload), daemon=True)
                 thread.start()
                 self._threads = [t for t in self._threads if t.is_alive()] + [thread]
@@ -109,7 +144,8 @@ class WorkerSession:
             advertise = socket.gethostbyname(socket.gethostname())  # not Ray's node IP: this is no Ray node
         port_range = self.port_range or (tuple(a["port_range"]) if a.get("port_range") else None)
         host, port = self._worker().broadcast_start(
-            a["node_id"], tuple(a["control_address"]), bytes.fromhex(a["public_key"]), link=a.get("link"),
+            a["node_id"], tuple(a["control_address"]), bytes.fromhex(a["public_key"]), bytes.fromhex(a["node_key"]),
+            link=a.get("link"),
             bind_host=bind, advertise_host=advertise, port_range=port_range)
         return [host, port]
 
@@ -144,31 +180,91 @@ class WorkerSession:
 
 def serve_worker(host: str, port: int, token: bytes, *, allowed_tasks: set[str] | None = None, once: bool = False,
                  log: Callable[[str], None] = print, on_listening: Callable[[int], None] | None = None,
-                 advertise_host: str | None = None, broadcast_ports: tuple[int, int] | None = None) -> None:
+                 advertise_host: str | None = None, broadcast_ports: tuple[int, int] | None = None,
+                 handshake_timeout_s: float = HANDSHAKE_TIMEOUT_S, counters: ServeCounters | None = None) -> None:
     """Accept learner connections on ``host:port`` forever (``once``: serve one session, then return).
 
     ``advertise_host``: the address other workers dial for snapshot chunks (e.g. this machine's public
-    IP behind NAT with a forwarded port); ``broadcast_ports``: the port range its broadcast node may use."""
+    IP behind NAT with a forwarded port); ``broadcast_ports``: the port range its broadcast node may use;
+    ``counters``: filled with what happened to each connection."""
+    counters = counters if counters is not None else ServeCounters()
     server = socket.create_server((host, port), reuse_port=False)
     log(f"echo2 worker listening on {host}:{server.getsockname()[1]}")
     if on_listening is not None:
         on_listening(server.getsockname()[1])
+    ready: queue.Queue = queue.Queue(MAX_WAITING_SESSIONS)
+    stopping = threading.Event()
+    pending: dict[socket.socket, None] = {}  # connections authenticating now, oldest first
+    lock = threading.Lock()
+
+    def count(field: str) -> None:
+        with lock:
+            setattr(counters, field, getattr(counters, field) + 1)
+
+    def handshake(sock: socket.socket, peer) -> None:
+        conn = FramedSocket(sock)
+        try:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            authenticate(conn, token, role="worker", timeout_s=handshake_timeout_s)
+        except (ProtocolError, OSError) as exc:
+            count("refused")
+            log(f"refused {peer[0]}:{peer[1]}: {exc}")
+            conn.close()
+            return
+        finally:
+            with lock:
+                pending.pop(sock, None)
+        count("authenticated")
+        try:
+            if stopping.is_set():
+                raise queue.Full
+            ready.put_nowait((conn, peer))
+        except queue.Full:
+            count("busy")
+            log(f"closed {peer[0]}:{peer[1]}: another learner session is running and {MAX_WAITING_SESSIONS} wait")
+            conn.close()
+
+    def accept_loop() -> None:
+        server.settimeout(0.25)  # closing a socket does not wake a blocked accept(): poll for the end
+        while not stopping.is_set():
+            try:
+                sock, peer = server.accept()
+            except socket.timeout:
+                continue
+            except OSError:  # the listening socket was closed: serving is over
+                return
+            count("accepted")
+            with lock:
+                oldest = next(iter(pending)) if len(pending) >= MAX_PENDING_HANDSHAKES else None
+                if oldest is not None:
+                    del pending[oldest]
+                    counters.evicted += 1
+                pending[sock] = None
+            if oldest is not None:  # its handshake thread sees the end of the stream, refuses and closes it
+                log(f"{MAX_PENDING_HANDSHAKES} connections are authenticating: cutting the oldest")
+                try:
+                    oldest.shutdown(socket.SHUT_RDWR)
+                except OSError:  # already closed by its own thread
+                    pass
+            threading.Thread(target=handshake, args=(sock, peer), name="echo2-worker-handshake", daemon=True).start()
+
+    acceptor = threading.Thread(target=accept_loop, name="echo2-worker-accept", daemon=True)
+    acceptor.start()
     try:
         while True:
-            sock, peer = server.accept()
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            conn = FramedSocket(sock)
-            try:
-                authenticate(conn, token, role="worker")
-            except (ProtocolError, OSError) as exc:
-                log(f"refused {peer[0]}:{peer[1]}: {exc}")
-                conn.close()
-                continue
+            conn, peer = ready.get()
             log(f"learner connected from {peer[0]}:{peer[1]}")
-            WorkerSession(conn, allowed_tasks=allowed_tasks, log=log, advertise_host=advertise_host,
-                          port_range=broadcast_ports).run()
-            conn.close()
+            try:
+                WorkerSession(conn, allowed_tasks=allowed_tasks, log=log, advertise_host=advertise_host,
+                              port_range=broadcast_ports).run()
+            finally:
+                count("sessions")  # before the close: a peer that sees it closed sees it counted
+                conn.close()
             if once:
                 return
     finally:
+        stopping.set()
+        acceptor.join(5)
         server.close()
+        while not ready.empty():  # learners that authenticated while the last session ran
+            ready.get_nowait()[0].close()
