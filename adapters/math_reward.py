@@ -13,6 +13,7 @@ math-verify picks the rightmost answer-looking span ("The answer is 204", a bare
 from __future__ import annotations
 
 import logging
+import re
 
 from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, verify
 
@@ -54,6 +55,31 @@ def last_boxed_content(text: str) -> str | None:
     return None
 
 
+_INTEGER = re.compile(r"-?[0-9]{1,50}")
+
+
+def integer_answers(gold: str, completion: str) -> tuple[int, int] | None:
+    r"""(gold, answer) as integers when both are bare integers — the final ``\boxed{}`` content, else the
+    whole completion — so that equality is integer equality; None when math-verify must decide.
+
+    math-verify reads a bare integer as that integer, so this decides exactly as it would, about a
+    thousand times faster (rewards of small-integer tasks cost as much CPU as generating them otherwise).
+
+    >>> integer_answers("12", " 12 "), integer_answers("204", "so \\boxed{-7}"), integer_answers("1/2", "1")
+    ((12, 12), (204, -7), None)
+    >>> integer_answers("12", "The answer is 12") is None
+    True
+    """
+    gold = str(gold).strip()
+    boxed = last_boxed_content(gold)
+    gold = (boxed if boxed is not None else gold).strip()
+    answer = last_boxed_content(completion)
+    answer = (answer if answer is not None else completion).strip()
+    if _INTEGER.fullmatch(gold) and _INTEGER.fullmatch(answer):
+        return int(gold), int(answer)
+    return None
+
+
 def _parse(text: str) -> list:
     return parse(text, extraction_config=_EXTRACTION, parsing_timeout=None)
 
@@ -83,8 +109,12 @@ def parse_completion(completion: str) -> list:
 def math_verify_reward(gold: str, completion: str) -> float:
     """1.0 if the completion's final answer equals ``gold`` according to math-verify, else 0.0.
 
-    No deadline of its own (see the module docstring): run it under ``RewardGuard``.
+    No deadline of its own (see the module docstring): run it under ``RewardGuard``. Two bare integers
+    are compared directly (:func:`integer_answers`).
     """
+    integers = integer_answers(gold, completion)
+    if integers is not None:
+        return 1.0 if integers[0] == integers[1] else 0.0
     gold_parsed = parse_gold(gold)
     if not gold_parsed:
         raise ValueError(

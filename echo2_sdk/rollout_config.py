@@ -174,6 +174,18 @@ class RolloutConfig:
     """Ray custom resources every worker actor requests, e.g. ``{rollout: 1}`` to place workers only on
     nodes started with ``ray start --resources='{"rollout": 4}'`` (at most 4 workers there); a worker's
     own ``resources`` add to these and win on shared keys. Empty: anywhere in the cluster."""
+    worker_restarts: int = 5
+    """With ``scheduler.enabled: false``: how many times in a row a dead or hung worker is restarted
+    without finishing a request in between (a restart that delivers work resets the count, so churn
+    is survived indefinitely while a worker that can never start stops being retried). 0: never
+    restart. The run fails, with its summary, once no worker is alive and none may restart."""
+    worker_restart_backoff_s: float = 1.0
+    """Seconds before the first restart of a worker; doubled for each further restart in a row (capped at 60)."""
+    worker_stall_timeout_s: float | None = 30.0
+    """A running worker with requests queued that finishes none for this long is hung (e.g. a stopped
+    process whose actor Ray still sees alive): it is killed and restarted (scheduler off) or declared
+    lost and replaced (scheduler on). Never below 5× the slowest request that worker finished, so a
+    slow model does not read as hung. Null: only dead workers are noticed."""
 
     def __post_init__(self) -> None:
         check_resources_map(self.worker_resources, "rollout.worker_resources")
@@ -195,6 +207,14 @@ class RolloutConfig:
         if self.max_answer_chars is not None and self.max_answer_chars < 1:
             raise ConfigError(f"rollout.max_answer_chars={self.max_answer_chars} must be >= 1 (characters), "
                               "or null to follow max_new_tokens")
+        if self.worker_restarts < 0:
+            raise ConfigError(f"rollout.worker_restarts={self.worker_restarts} must be >= 0 (0: never restart)")
+        if not (self.worker_restart_backoff_s >= 0 and math.isfinite(self.worker_restart_backoff_s)):
+            raise ConfigError(f"rollout.worker_restart_backoff_s={self.worker_restart_backoff_s} must be a finite "
+                              "number >= 0 seconds, e.g. 1.0")
+        if self.worker_stall_timeout_s is not None and not self.worker_stall_timeout_s > 0:
+            raise ConfigError(f"rollout.worker_stall_timeout_s={self.worker_stall_timeout_s} must be > 0 seconds "
+                              "(e.g. 30), or null to never treat a live worker as hung")
         if self.logprob_check_min_tokens < 1:
             raise ConfigError(f"rollout.logprob_check_min_tokens={self.logprob_check_min_tokens} must be >= 1, e.g. 64")
 

@@ -100,6 +100,11 @@ def cmd_train(args: argparse.Namespace) -> int:
     print(json.dumps({k: summary.get(k) for k in keys}, indent=1))
     where = f" (on the learner's node {summary['learner_node'][:12]})" if summary.get("learner_node") else ""
     print(f"run directory: {run_dir}{where}")
+    failed = summary.get("failed")
+    if failed:  # no rollout worker could be kept alive: summary and checkpoint are saved, one line says why
+        then = f"; once workers can run again, continue with: {resume_hint}" if failed["checkpoint"] else ""
+        print(f"echo2 train: failed at step {failed['step']}/{cfg.train.steps}: {failed['error']}{then}", file=sys.stderr)
+        return 1
     stopped = summary.get("stopped")
     if stopped:
         signum = signal.Signals[stopped["signal"]]

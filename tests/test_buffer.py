@@ -42,3 +42,22 @@ def test_every_taken_group_satisfies_the_bound():
         if got:
             assert all(v_t - g.version <= S for g in got)
             v_t += 1
+
+
+def test_drops_say_whether_on_arrival_or_evicted_and_groups_rebuild_the_take_order():
+    from echo2_sdk.runtime.learning.buffer import EVICTED, ON_ARRIVAL
+
+    drops = []
+    buf = ReplayBuffer(staleness=1, on_drop=lambda g, kind: drops.append((g.prompt_key, kind)))
+    for key, v in [("n1", 5), ("o1", 4), ("late", 2), ("n2", 5), ("o2", 4)]:
+        buf.add(group(key, v), learner_version=5)
+    assert drops == [("late", ON_ARRIVAL)]
+    order = [g.prompt_key for g in buf.groups()]
+    assert order == ["o1", "o2", "n1", "n2"] and len(buf) == 4  # reading them takes nothing
+    again = ReplayBuffer(staleness=1)
+    for g in buf.groups():  # as a checkpoint restores them
+        again.restore(g)
+    assert [g.prompt_key for g in again.take(4, learner_version=5)] == [g.prompt_key for g in buf.take(4, 5)] == order
+    buf.add(group("o3", 4), learner_version=5)
+    assert buf.take(1, learner_version=6) is None and drops[-1] == ("o3", EVICTED)
+    assert buf.stats.evicted_groups == 1 and buf.stats.dropped_stale_groups == 2

@@ -67,3 +67,41 @@ def test_finish_all_reports_deliveries_still_open_instead_of_dropping_them():
     t.reports[6] = report({"a": 0.1}, ["a", "b"], settled=False)
     (rec,) = tracker.finish_all(timeout_s=0.1)
     assert rec["version"] == 6 and not rec["settled"] and rec["installed_s"] == {"a": 0.1}
+
+
+def test_a_worker_killed_mid_broadcast_is_named_failed():
+    """The transport drops a dead worker from its live set; the record must still say its delivery failed."""
+    from echo2_sdk.runtime.broadcast.delivery import LOST
+
+    t = FakeTransport()
+    tracker = DeliveryTracker(t, gamma=1.1)
+    tracker.published(8, step=8, handles=[], names=["a", "b", "c"])
+    t.reports[8] = report({"a": 0.2, "b": 0.3}, ["a", "b"], settled=True)  # c was killed: no longer live
+    (rec,) = tracker.poll()
+    assert rec["failed"] == {"c": LOST} and rec["live"] == 2 and rec["t_all_s"] == 0.3
+    assert delivery_summary([rec])["incomplete"] == 0  # every live worker has it
+
+
+def test_a_superseded_delivery_keeps_its_repairs_and_refetches_after_the_transport_forgot_it():
+    t = FakeTransport()
+    tracker = DeliveryTracker(t, gamma=1.1)
+    tracker.published(2, step=2, handles=[], names=["a", "b"])
+    tracker.published(4, step=4, handles=[], names=["a", "b"])
+    t.reports[2] = {**report({"a": 0.2}, ["a", "b"], settled=False), "repairs": 2, "refetches": 1}
+    assert tracker.poll() == []  # v2 seen in progress, v4 not started
+    del t.reports[2]  # the transport keeps a bounded window of versions
+    t.reports[4] = report({"a": 0.3, "b": 0.4}, ["a", "b"], settled=True)
+    old, new = tracker.poll()
+    assert old["superseded_by"] == 4 and (old["repairs"], old["refetches"]) == (2, 1)
+    assert old["installed_s"] == {"a": 0.2} and delivery_summary([old, new])["repairs"] == 2
+
+
+def test_finish_all_keeps_the_last_known_progress():
+    t = FakeTransport()
+    tracker = DeliveryTracker(t, gamma=1.1)
+    tracker.published(6, step=6, handles=[], names=["a", "b"])
+    t.reports[6] = {**report({"a": 0.1}, ["a", "b"], settled=False), "repairs": 1}
+    assert tracker.poll() == []
+    t.reports.clear()
+    (rec,) = tracker.finish_all(timeout_s=0.0)
+    assert rec["repairs"] == 1 and rec["installed_s"] == {"a": 0.1} and not rec["settled"]

@@ -126,16 +126,18 @@ def test_a_dead_worker_is_lost_after_the_deadline_then_replaced(tmp_path):
     assert ctl.summary()["workers_lost"] == ["mid"]
 
 
-def test_a_hung_worker_falls_silent_and_is_replaced_like_a_dead_one(tmp_path):
+def test_a_hung_worker_leaves_at_once_and_is_replaced(tmp_path):
     ctl, pool = controller(tmp_path)
     ctl.start(0.0)
     assert ctl.tick(1.0) == [] and ctl.tick(2.0) == []
-    pool.hung.add("mid")  # its actor lives, but nothing it was given comes back
-    out = []
-    for t in (3.0, 4.0, 5.0, 6.0):
-        out += ctl.tick(t)
-    assert [(d.action, d.worker) for d in out] == [("lost", "mid"), ("activate", "tabled")]
-    assert set(pool.stall_timeouts) == {CFG.heartbeat_timeout_s}  # the controller asks for stall detection
+    pool.hung.add("mid")  # its actor lives (a stopped process), but nothing it was given comes back
+    out = ctl.tick(3.0)
+    # Declared at the first round it reads hung, not one heartbeat deadline later: a stopped process
+    # never misses a heartbeat, and waiting for the deadline on top let a 60 s stop pass unnoticed.
+    assert [(d.action, d.worker) for d in out] == [("leave", "mid"), ("activate", "tabled")]
+    assert "hung" in out[0].reason and pool.calls[-2:] == [("lost", "mid"), ("activate", "tabled")]
+    assert ctl.tick(4.0) == []  # out of the pool: not declared again
+    assert CFG.heartbeat_timeout_s in pool.stall_timeouts  # no rollout stall timeout given: the deadline
 
 
 def test_the_pool_counts_a_worker_with_work_but_no_progress_as_silent():
@@ -151,6 +153,8 @@ def test_the_pool_counts_a_worker_with_work_but_no_progress_as_silent():
     ]
     assert pool.alive_names() == ["stuck", "busy", "idle"]
     assert pool.alive_names(stall_timeout_s=10.0) == ["busy", "idle"]
+    pool.slots[0].slowest_request_s = 8.0  # a slow model: 30 s without a result is under 5x its slowest request
+    assert pool.alive_names(stall_timeout_s=10.0) == ["stuck", "busy", "idle"]
 
 
 def test_measured_surplus_releases_the_dearest_worker_after_the_sustain_window(tmp_path):
@@ -324,6 +328,9 @@ def test_killed_worker_is_replaced_within_the_window_and_the_log_says_why(tmp_pa
     workers = {w["name"]: w for w in summary["workers"]}
     assert workers["a"]["dead"] and workers["a"]["lost"]
     assert workers[replacement["worker"]]["samples"] > 0 and workers[replacement["worker"]]["last_version"] >= installed_v
+    # The killed worker's queued requests are counted lost in flight (failed or abandoned), and every sample balances.
+    acc = summary["accounting"]
+    assert acc["balanced"] and acc["by_worker"]["a"]["lost_in_flight"] > 0, acc
     rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     costs = [r["cost_usd"] for r in rows]
     assert all(c > 0 for c in costs) and costs == sorted(costs)

@@ -106,12 +106,12 @@ def test_workers_get_the_resolved_limit_over_the_wire(overrides, expected):
 
 
 def test_reward_audit_uses_the_workers_limit(monkeypatch):
-    from echo2_sdk.runtime.driver import trainer
+    from echo2_sdk.runtime.driver import setup
 
     built = []
     monkeypatch.setattr("echo2_sdk.rewards.RewardGuard", lambda *args, **kwargs: built.append(kwargs))
     cfg = load_config(AIME24_YAML)
-    audit = trainer._reward_audit(cfg, make_task("aime24", dict(cfg.task.options)), None, (), print)
+    audit = setup.reward_audit(cfg, make_task("aime24", dict(cfg.task.options)), None, (), print)
     audit._guard_factory()
     assert built[0]["max_chars"] == worker_settings(cfg, "m").max_answer_chars == 8192 * 16
 

@@ -49,6 +49,9 @@ def test_async_run_writes_metrics_summary_plots_and_checkpoints(tmp_path, ray_cl
     assert on_disk["config"]["train"]["steps"] == 4 and on_disk["mode"] == "async"
     assert "accuracy" in on_disk["eval"]["before"] and "accuracy" in on_disk["eval"]["after"]
     assert summary["samples_accepted"] >= 4 * 4 * 4
+    # Every sample the workers were asked for is accounted for, after every step and at the end.
+    assert summary["accounting"]["balanced"] and all(r["accounting_balanced"] for r in rows)
+    assert summary["accounting"]["trained"] == 4 * 4 * 4
     assert len(summary["workers"]) == 2 and all(w["samples"] > 0 for w in summary["workers"])
     # Snapshots went worker to worker (P2P chain by default), one delivery record per publish.
     bcast = summary["broadcast"]
@@ -102,7 +105,7 @@ def test_a_dead_worker_is_counted_and_the_run_goes_on(tmp_path, ray_cluster):
     from echo2_sdk.runtime.driver.trainer import Trainer
 
     logs = []
-    cfg = load_config(None, TINY_RUN)
+    cfg = load_config(None, TINY_RUN + ["rollout.worker_restarts=0"])  # never restarted: it stays dead
     trainer = Trainer(cfg, str(tmp_path / "dead"), log=logs.append)
     ray.kill(trainer.pool.slots[0].actor)
     summary = trainer.fit()
@@ -111,6 +114,26 @@ def test_a_dead_worker_is_counted_and_the_run_goes_on(tmp_path, ray_cluster):
     assert dead == {"worker0": True, "worker1": False}
     assert summary["worker_errors"] >= 1
     assert any("worker0 died" in line for line in logs)
+    assert summary["worker_restarts"]["died"] == 1 and summary["worker_restarts"]["restarts"] == 0
+
+
+def test_a_dead_worker_is_restarted_with_the_latest_snapshot(tmp_path, ray_cluster):
+    import ray
+
+    from echo2_sdk.runtime.driver.trainer import Trainer
+
+    logs = []
+    # Enough steps that the new actor (seconds to start on a loaded machine) is back before the end.
+    cfg = load_config(None, [*TINY_RUN, "train.steps=60", "rollout.worker_restart_backoff_s=0.1"])
+    trainer = Trainer(cfg, str(tmp_path / "restart"), log=logs.append)
+    ray.kill(trainer.pool.slots[0].actor)
+    summary = trainer.fit()
+    assert summary["steps"] == 60
+    workers = {w["name"]: w for w in summary["workers"]}
+    assert workers["worker0"]["starts"] == 2 and not workers["worker0"]["dead"]
+    restarts = summary["worker_restarts"]
+    assert restarts["died"] == 1 and restarts["restarts"] == 1 and restarts["replace_s"] is not None
+    assert workers["worker0"]["last_version"] > 0  # the new actor generated with published weights
 
 
 def test_two_learner_ranks_train_checkpoint_and_resume_on_one(tmp_path, ray_cluster):

@@ -16,7 +16,10 @@ refuses it and counts its samples under that reason:
 6. reward audit (``reward_audit``) on what validation kept (``reward_mismatch``): it decodes the
    completions, whose token ids validation has just checked against the vocabulary;
 7. staleness: the replay buffer admits the group only while v ≥ v_t − S; a drop is counted by worker,
-   on arrival as well as later when the learner moves on.
+   apart on arrival (never accepted) and later when the learner moves on (evicted after acceptance).
+
+Every sample of a reply is counted as returned on arrival and, exactly once, under what became of it
+(``admission.accounting`` states the per-worker invariant this gives).
 
 A malformed or hostile reply is refused and counted here, never raised: what passes these checks is
 what ``learning.batching.collate`` can always turn into tensors. Should one of checks 1-5 itself raise (a
@@ -27,13 +30,15 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from typing import Iterable
 
 from echo2_sdk.records import RecordLimits, RolloutGroup, group_from_wire, validate_group
 from echo2_sdk.runtime.admission.base import (
-    CHECK_FAILED, MALFORMED, REWARD_MISMATCH, WRONG_WORKER, Admission, AdmissionCounters, RewardCheck,
+    CHECK_FAILED, MALFORMED, RESTORE_INVALID, REWARD_MISMATCH, WRONG_WORKER, Admission, AdmissionCounters,
+    RewardCheck,
 )
 from echo2_sdk.runtime.admission.request import PromptIds, ReplyCheck
-from echo2_sdk.runtime.learning.buffer import ReplayBuffer
+from echo2_sdk.runtime.learning.buffer import EVICTED, ReplayBuffer
 from echo2_sdk.runtime.rollout.base import GenerationResult, SentRequest
 
 log = logging.getLogger(__name__)
@@ -60,34 +65,67 @@ class AdmissionGate:
         c = self.counters
         c.tokens += result.num_tokens
         c.reward_status.update(result.reward_status)
-        accepted, rejected, stale = c.accepted, c.rejected, c.dropped_stale
+        accepted, rejected, stale = c.accepted, c.rejected, c.dropped_on_arrival
         arrived = []
         reply = ReplyCheck(request, self.prompt_ids)
         for wire in result.groups:
+            c.returned_by_worker[worker] += _samples_in(wire)  # before any check: each sample ends somewhere
+            refused_before = c.rejected_by_worker[worker]
             try:
                 group = self._checked(worker, wire, newest_version, reply)
             except Exception:  # a bug in a check must not stop the learner; counted and logged, so it is seen
                 if not self.counters.reject_reasons[CHECK_FAILED]:
                     log.exception("a record check raised on a group from %s (a bug: please report it); "
                                   "such groups are refused as %s", worker, CHECK_FAILED)
-                self._refuse(CHECK_FAILED, _samples_in(wire))
+                # Records validation already refused stay counted under their own reason, once.
+                self._refuse(worker, CHECK_FAILED, _samples_in(wire) - (c.rejected_by_worker[worker] - refused_before))
                 continue
             if group is None:
                 continue
             # The audit is the learner's own reward code on checked records: its failures are not the
             # worker's doing, so they are not hidden under a refusal reason.
             if not self.audit.check(group):
-                self._refuse(REWARD_MISMATCH, len(group.rollouts))
+                self._refuse(worker, REWARD_MISMATCH, len(group.rollouts))
                 continue
             arrived.append(group.version)
             if self.buffer.add(group, learner_version):
                 c.accepted += len(group.rollouts)
         return Admission(accepted=c.accepted - accepted, rejected=c.rejected - rejected,
-                         dropped_stale=c.dropped_stale - stale, arrived_versions=tuple(arrived))
+                         dropped_stale=c.dropped_on_arrival - stale, arrived_versions=tuple(arrived))
 
     def count_worker_error(self) -> None:
         """A generate request failed (the worker crashed or was lost, or its reply did not decode)."""
         self.counters.worker_errors += 1
+
+    def count_lost(self, worker: str, samples: int, cause: str) -> None:
+        """``samples`` asked of ``worker`` will never come back (``cause``: see ``lost_in_flight_by_cause``)."""
+        if samples:
+            self.counters.lost_in_flight_by_worker[worker] += samples
+            self.counters.lost_in_flight_by_cause[cause] += samples
+
+    def count_trained(self, groups: Iterable[RolloutGroup]) -> None:
+        """The learner trained on ``groups`` (taken from the buffer)."""
+        for group in groups:
+            self.counters.trained_by_worker[group.worker_id] += len(group.rollouts)
+
+    def restore(self, wires: Iterable[dict], learner_version: int) -> None:
+        """Refill the buffer with a checkpoint's buffered groups (wire forms, in take order), checked again:
+        one that no longer decodes or validates (other record limits, say) is refused as
+        ``restore_invalid``; one below the bound at ``learner_version`` (S may have changed) is evicted.
+        Their samples were counted as returned and accepted when they first arrived."""
+        for wire in wires:
+            try:
+                group = group_from_wire(wire)
+            except ValueError:
+                claimed = wire.get("worker_id") if isinstance(wire, dict) else None
+                self._refuse(claimed if isinstance(claimed, str) else "", RESTORE_INVALID, _samples_in(wire))
+                continue
+            kept, rejected = validate_group(group, newest_version=learner_version, limits=self.limits)
+            if rejected:
+                self._refuse(group.worker_id, RESTORE_INVALID, sum(rejected.values()))
+            if kept:
+                self.buffer.restore(dataclasses.replace(group, rollouts=tuple(kept)))
+        self.buffer.evict_stale(learner_version)
 
     def _checked(self, worker: str, wire: dict, newest_version: int, reply: ReplyCheck) -> RolloutGroup | None:
         """The group with its valid records, or None when a check on what the worker sent refused it (and
@@ -95,33 +133,37 @@ class AdmissionGate:
         try:
             group = group_from_wire(wire)  # also refuses fields of the wrong JSON type
         except ValueError:
-            self._refuse(MALFORMED, _samples_in(wire))
+            self._refuse(worker, MALFORMED, _samples_in(wire))
             return None
         if group.worker_id != worker or any(r.meta.get("worker") != worker for r in group.rollouts):
-            self._refuse(WRONG_WORKER, len(group.rollouts))
+            self._refuse(worker, WRONG_WORKER, len(group.rollouts))
             return None
         reason = reply.shape(group)
         if reason is not None:
-            self._refuse(reason, len(group.rollouts))
+            self._refuse(worker, reason, len(group.rollouts))
             return None
         accepted, rejected = validate_group(group, newest_version=newest_version, limits=self.limits)
         self.counters.reject_reasons.update(rejected)
+        if rejected:
+            self.counters.rejected_by_worker[worker] += sum(rejected.values())
         if not accepted:
             return None
         if len(accepted) < len(group.rollouts):
             group = dataclasses.replace(group, rollouts=tuple(accepted))
         reason = reply.prompt(group)
         if reason is not None:
-            self._refuse(reason, len(group.rollouts))
+            self._refuse(worker, reason, len(group.rollouts))
             return None
         return group
 
-    def _refuse(self, reason: str, samples: int) -> None:
+    def _refuse(self, worker: str, reason: str, samples: int) -> None:
         # A refused group counts at least once, even one that claims no samples: every refusal is seen.
         self.counters.reject_reasons[reason] += max(1, samples)
+        self.counters.rejected_by_worker[worker] += max(1, samples)
 
-    def _count_stale(self, group: RolloutGroup) -> None:
-        self.counters.dropped_stale_by_worker[group.worker_id] += len(group.rollouts)
+    def _count_stale(self, group: RolloutGroup, kind: str) -> None:
+        by_worker = self.counters.evicted_by_worker if kind == EVICTED else self.counters.dropped_on_arrival_by_worker
+        by_worker[group.worker_id] += len(group.rollouts)
 
 
 def _samples_in(wire: object) -> int:

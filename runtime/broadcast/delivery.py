@@ -24,6 +24,10 @@ BYTES_KEYS = ("snapshot", "snapshot_reason", "delta_base", "delta_density", "enc
 """What each publish put on the wire (``LearnerBroadcaster.bytes_report``): copied into every delivery record."""
 
 
+LOST = "lost: its worker process went away before it installed this version"
+"""The ``failed`` reason of a worker published to that left the broadcast (killed, hung and killed, gone)."""
+
+
 @dataclass
 class _Delivery:
     version: int
@@ -33,6 +37,9 @@ class _Delivery:
     t0: float = field(default_factory=time.perf_counter)
     seen_s: dict[str, float] = field(default_factory=dict)
     failed: dict[str, str] = field(default_factory=dict)
+    last_report: dict | None = None
+    """The transport's latest progress report (kept: the transport forgets old versions, and a delivery
+    closed as superseded or at the end of a run is written with what it did — repairs, refetches, bytes)."""
 
 
 class DeliveryTracker:
@@ -57,7 +64,7 @@ class DeliveryTracker:
         if newest is not None:
             for d in [d for d in still if d.version < newest]:
                 still.remove(d)
-                done.append(self._record(d, *self._known(d), settled=False, superseded_by=newest))
+                done.append(self._closed(d, superseded_by=newest))
         self.pending = still
         return sorted(done, key=lambda r: r["version"])
 
@@ -69,15 +76,22 @@ class DeliveryTracker:
             time.sleep(0.05)
             out += self.poll()
         for d in self.pending:  # report what is known rather than dropping it
-            out.append(self._record(d, *self._known(d), settled=False))
+            out.append(self._closed(d))
         self.pending = []
         return out
 
-    def _known(self, d: _Delivery) -> tuple[dict, dict, list]:
-        report = self.transport.progress(d.version, d.handles)
+    def open_records(self) -> list[dict]:
+        """Records of the deliveries still open, as far as they got, leaving them open (a checkpoint
+        keeps them: a run resumed from it never sees them settle)."""
+        return [self._closed(d) for d in self.pending]
+
+    def _closed(self, d: _Delivery, superseded_by: int | None = None) -> dict:
+        """The record of a delivery closed before it settled, with its latest known progress."""
+        report = self.transport.progress(d.version, d.handles) or d.last_report
         if report is None:
-            return d.seen_s, d.failed, d.names
-        return report["installed_s"], report["failed"], report["live"] or d.names
+            return self._record(d, d.seen_s, d.failed, d.names, False, None, superseded_by)
+        return self._record(d, report["installed_s"], report["failed"], report["live"] or d.names, False, report,
+                            superseded_by)
 
     # ------------------------------------------------------------------------------------------
     def _measure(self, d: _Delivery) -> dict | None:
@@ -87,6 +101,7 @@ class DeliveryTracker:
             installed, failed, live = d.seen_s, d.failed, d.names
             settled = len(installed) + len(failed) >= len(d.names)
         else:
+            d.last_report = report
             installed, failed, live = report["installed_s"], report["failed"], report["live"] or d.names
             settled = report["settled"]
         timed_out = time.perf_counter() - d.t0 > self.timeout_s
@@ -107,15 +122,17 @@ class DeliveryTracker:
                 ray.get(h)
                 d.seen_s[name] = now
             except Exception as exc:  # a dead worker: its delivery failed, the others count
-                d.failed[name] = f"{type(exc).__name__}: {str(exc)[:200]}"
+                first = (str(exc).strip().splitlines() or [""])[0][:200]  # Ray's texts run to many lines
+                d.failed[name] = f"{type(exc).__name__}: {first}"
 
     def _record(self, d: _Delivery, installed: dict, failed: dict, live: list, settled: bool,
                 report: dict | None = None, superseded_by: int | None = None) -> dict:
         times = sorted(installed.values())
         live_n = max(len(live), 1)
         all_in = len(times) >= len(live) and len(live) > 0
-        if report is None:  # closed without a fresh measurement (superseded, end of run): bytes are still known
-            report = self.transport.progress(d.version, d.handles)
+        # A worker published to that is neither installed, failed nor live any more left mid-broadcast
+        # (its process was killed): the transport drops it from the live set, the record names it failed.
+        failed = {**{w: LOST for w in d.names if w not in installed and w not in live}, **failed}
         return {
             "version": d.version,
             "step": d.step,

@@ -148,4 +148,4 @@ def _train_placed(cfg: Echo2Config, run_dir: str, resume: bool, address: str | N
         if runner is not None:
             ray.kill(runner)  # its rollout workers are its children and go with it
         if owns:
-            ray.shutdown()
+            setup.shutdown_ray()

@@ -13,6 +13,7 @@ import torch
 
 from echo2_sdk.adapter import BaseTaskAdapter
 from echo2_sdk.config import ConfigError, Echo2Config, WorkerSpec, resolve_workers
+from echo2_sdk.records import RecordLimits
 from echo2_sdk.runtime.driver.rundir import RunDir
 from echo2_sdk.runtime.rollout.backends.base import SamplingParams
 from echo2_sdk.runtime.rollout.base import WorkerSettings
@@ -153,8 +154,29 @@ def init_ray(cfg: Echo2Config, address: str | None) -> bool:
         return True
     num_cpus = cfg.runtime.ray_num_cpus or max(2, cfg.num_workers + 1)
     listen_on_loopback_only()
+    global _reaper
+    from echo2_sdk.runtime.driver.reaper import start_reaper
+
+    _reaper = _reaper or start_reaper()  # before ray.init: every process Ray starts for this run is watched
     ray.init(num_cpus=num_cpus, **kwargs)
     return True
+
+
+_reaper = None
+"""The watcher of the local Ray cluster this process started (reaper.py); ended by :func:`shutdown_ray`."""
+
+
+def shutdown_ray() -> None:
+    """Stop the Ray this process started, then end whatever of it is left (the reaper)."""
+    import ray
+
+    global _reaper
+    try:
+        ray.shutdown()
+    finally:
+        if _reaper is not None:
+            _reaper.close()
+            _reaper = None
 
 
 def listen_on_loopback_only() -> None:
@@ -276,3 +298,28 @@ def delta_policy(cfg: Echo2Config):
 
     return DeltaPolicy(max_fraction=b.delta_max_fraction, keyframe_every=b.delta_keyframe_every,
                        level=b.delta_zstd_level)
+
+
+def record_limits(cfg: Echo2Config, adapter, tokenizer) -> RecordLimits:
+    """What a record from a worker may hold: token ids in the vocabulary and, for single-turn tasks, no
+    completion longer than the sampler's ``max_new_tokens`` (a multi-turn completion holds env turns too)."""
+    from echo2_sdk.adapter import MultiTurnTaskAdapter
+
+    single_turn = not isinstance(adapter, MultiTurnTaskAdapter)
+    return RecordLimits(vocab_size=len(tokenizer),
+                        max_completion_tokens=cfg.rollout.max_new_tokens if single_turn else None)
+
+
+def reward_audit(cfg: Echo2Config, adapter, tokenizer, specs: Sequence[WorkerSpec], log: Callable[[str], None]):
+    """The learner's reward audit of worker replies, with the workers' own reward deadline and limits."""
+    from echo2_sdk.rewards import RewardGuard
+    from echo2_sdk.runtime.admission.reward_audit import RewardAudit, audited_workers
+
+    r = cfg.rollout
+    return RewardAudit(
+        adapter, tokenizer,
+        lambda: RewardGuard(cfg.task.name, dict(cfg.task.options), cfg.train.seed, timeout_s=r.reward_timeout_s,
+                            max_chars=r.effective_max_answer_chars),
+        fraction=r.reward_audit_fraction, audited=audited_workers(specs, r.reward_audit_ray_workers),
+        evict_after=r.reward_audit_evict_after, seed=cfg.train.seed, log=log)
+

@@ -14,14 +14,13 @@ checkpoint (resume.py).
 from __future__ import annotations
 
 import time
-from typing import Any, Callable, Sequence
+from typing import Any, Callable
 
-import ray
 import yaml
 
 from echo2_sdk.algos import get_advantage, get_policy_loss
-from echo2_sdk.config import Echo2Config, WorkerSpec, resolve_kappa, to_dict
-from echo2_sdk.records import RecordLimits, RolloutGroup
+from echo2_sdk.config import Echo2Config, resolve_kappa, to_dict
+from echo2_sdk.records import RolloutGroup
 from echo2_sdk.registry import make_task
 from echo2_sdk.runtime.admission.base import AdmissionCounters
 from echo2_sdk.runtime.admission.gate import AdmissionGate
@@ -33,8 +32,10 @@ from echo2_sdk.runtime.driver.evaluation import format_eval
 from echo2_sdk.runtime.broadcast.delivery import DeliveryTracker, delivery_summary
 from echo2_sdk.runtime.driver.metrics import RunStats, progress_line, summarize
 from echo2_sdk.runtime.rollout.pool import RolloutPool
+from echo2_sdk.runtime.rollout.supervisor import WorkerSupervisor, WorkersExhausted
 from echo2_sdk.runtime.planning.control import PoolController
 from echo2_sdk.runtime.driver.resume import load_newest, verified_checkpoints
+from echo2_sdk.runtime.driver.run_state import RunLedger, restore_pool, stats_at_checkpoint
 from echo2_sdk.runtime.driver.reward_failures import RewardFailures
 from echo2_sdk.runtime.driver.rundir import RunDir
 from echo2_sdk.runtime.driver.stop import StopRequest
@@ -87,7 +88,7 @@ class Trainer:
             self.checkpointed_step = self.step
             self.stats = RunStats.from_dict(extra["stats"])
             # Checkpoints written before the admission gate kept its counters with the run statistics.
-            counters = AdmissionCounters.from_dict(extra.get("admission", extra["stats"]))
+            counters = AdmissionCounters.from_dict(extra.get("admission", extra["stats"]), step=self.step)
             dropped = self.run.truncate_metrics(self.step)
             again = f"; {dropped} metrics rows after step {self.step} dropped (those steps run again)" if dropped else ""
             log(f"resumed from {ckpt} at step {self.step}, version {self.learner.version}{again}")
@@ -114,30 +115,41 @@ class Trainer:
         self.controller = (PoolController.from_config(cfg, self.pool, self.run.path, kappa=self.kappa, log=log)
                            if cfg.scheduler.enabled else None)
         if self.controller is not None:  # initial plan; like an eager pool, wait until those workers are up
+            restore_pool(self.controller, extra if resume else {}, log)  # cost so far, measured μ_i
             self.controller.start(time.perf_counter())
             self.pool.wait_started()
+        # Without the scheduler nothing else replaces a worker: dead and hung ones are restarted.
+        self.supervisor = None if self.controller is not None else WorkerSupervisor(
+            self.pool, r.worker_restarts, r.worker_restart_backoff_s, r.worker_stall_timeout_s, log=log)
+        self.failed: str | None = None
         self.deliveries = DeliveryTracker(self.pool.transport, gamma=cfg.broadcast.gamma,
                                           timeout_s=cfg.broadcast.receive_timeout_s)
         self._fresh_delivery: dict | None = None
         from echo2_sdk.runtime.learning.agreement import SamplerAgreement
 
         self.agreement = SamplerAgreement(r.logprob_tolerance, r.logprob_check_min_tokens, log=log)
-        self.audit = _reward_audit(cfg, self.adapter, self.tokenizer, specs, log)
-        self.gate = AdmissionGate(staleness=self.staleness, limits=_record_limits(cfg, self.adapter, self.tokenizer),
+        self.audit = setup.reward_audit(cfg, self.adapter, self.tokenizer, specs, log)
+        self.gate = AdmissionGate(staleness=self.staleness, limits=setup.record_limits(cfg, self.adapter, self.tokenizer),
                                   audit=self.audit, counters=counters,
                                   prompt_ids=PromptRenderer(self.adapter, self.tokenizer))
         self.buffer = self.gate.buffer  # what the gate admitted, drawn from by the learner
+        self.ledger = RunLedger(self.gate, self.pool, self.controller)  # the per-worker sample ledger (admission.accounting)
+        if resume:  # the checkpoint's buffered groups, checked again (run_state.py says why not regenerated)
+            self.ledger.restore(extra, self.learner.version, log)
         self.t_start = time.perf_counter()
         if self.learner.version > 0:  # resumed: workers start from the restored weights
-            self._wait_installed(self._publish())
+            self.pool.wait_installed(self._publish(), self.cfg.broadcast.receive_timeout_s, self.log)
 
     # ------------------------------------------------------------------------------------------
     def fit(self) -> dict[str, Any]:
-        """Train to ``train.steps`` (or to a graceful stop: see ``summary["stopped"]``) and return the summary."""
+        """Train to ``train.steps`` (or to a graceful stop: see ``summary["stopped"]``; or until no rollout
+        worker can be kept alive: ``summary["failed"]``) and return the summary."""
         self.stop.graceful = True  # from now on the first signal stops at a step boundary, with a checkpoint
         try:
             try:
                 workers = self._fit()
+            except WorkersExhausted as exc:  # the run cannot go on: save what it did, fail with one line
+                workers = self._fail(exc)
             except BaseException:
                 self._release(aborting=True)
                 raise
@@ -165,6 +177,15 @@ class Trainer:
         self._delivered(self.deliveries.finish_all(timeout_s=5.0 if self.stop.requested else 30.0))
         return self.pool.worker_report()
 
+    def _fail(self, exc: WorkersExhausted) -> list[dict]:
+        self.failed = str(exc)
+        self.log(f"run failed at step {self.step}: {exc}")
+        workers = self.pool.worker_report()
+        if self.step > 0:
+            self._checkpoint()
+        self._delivered(self.deliveries.finish_all(timeout_s=0.0))
+        return workers
+
     def _release(self, *, aborting: bool) -> None:
         """Stop everything the run started (idempotent). ``aborting``: also release the run directory and the
         signal handlers now (a clean end does that after writing the summary)."""
@@ -181,7 +202,7 @@ class Trainer:
         self.held_out = None
         if self.owns_ray:
             self.owns_ray = False
-            ray.shutdown()
+            setup.shutdown_ray()  # and the reaper: nothing of this run's Ray outlives it
         if aborting:
             self.run.close()
             self.stop.restore()
@@ -198,9 +219,16 @@ class Trainer:
             **delivery_summary(self.stats.deliveries), "by_version": self.stats.version_table(),
             "refused": self.pool.transport.refusals(),
         }
+        summary["accounting"] = self.ledger.summary(self.pool.in_flight_at_shutdown)
         summary["sampler_agreement"] = self.agreement.summary()
         summary["reward_audit"] = self.audit.summary()
         summary["reward_failures"] = self.reward_failures.summary()
+        if self.supervisor is not None:
+            summary["worker_restarts"] = self.supervisor.summary()
+        if self.failed is not None:
+            ckpt = self.run.checkpoint_dir(self.step) if self.checkpointed_step == self.step else None
+            summary["failed"] = {"error": self.failed, "step": self.step,
+                                 "checkpoint": str(ckpt) if ckpt is not None else None}
         if self.stop.requested:
             ckpt = self.run.checkpoint_dir(self.step) if self.checkpointed_step == self.step else None
             summary["stopped"] = {"signal": self.stop.name, "step": self.step,
@@ -221,11 +249,12 @@ class Trainer:
         for finished in results:
             slot, result = finished.slot, finished.result
             if isinstance(result, Exception):
-                self.gate.count_worker_error()
-                what = "died; no more work goes to it" if slot.dead else "request failed; continuing"
-                self.log(f"worker {slot.name} {what} ({type(result).__name__}: {str(result)[:300]})")
-                if self.pool.exhausted():
-                    raise RuntimeError("every rollout worker has died; see the errors above") from result
+                self.ledger.on_failed(slot.name, finished.request)  # its samples count as lost in flight
+                what = "died; its requests are lost" if slot.dead else "request failed; continuing"
+                first = (str(result).strip().splitlines() or [""])[0][:300]  # Ray's error texts run to many lines
+                self.log(f"worker {slot.name} {what} ({type(result).__name__}: {first})")
+                if self.pool.exhausted() and self.supervisor is None:  # the scheduler has no worker left to rent
+                    raise WorkersExhausted("every rollout worker has died or was lost; see the errors above")
                 continue
             self.reward_failures.note(f"worker {slot.name}", result.reward_status, result.reward_detail, self.step)
             if self.controller is not None:  # μ_i = rollouts per generating second (throttle included)
@@ -258,8 +287,11 @@ class Trainer:
             t0 = time.perf_counter()
             while self.buffer.num_admissible(self.learner.version) < P and not self.stop.requested:
                 missing = P - len(self.buffer)
+                live = [s for s in self.pool.live_slots if self.pool.accepts_work(s)]
+                if not live:  # every worker down: wait for a restart (or WorkersExhausted)
+                    self._collect(0.5)
+                    continue
                 for i in range(0, missing, self.cfg.rollout.prompts_per_request):
-                    live = self.pool.live_slots
                     slot = live[(i // self.cfg.rollout.prompts_per_request) % len(live)]
                     self.pool.submit(slot, self.stream.take(min(self.cfg.rollout.prompts_per_request, missing - i)))
                 while self.pool.pending() and not self.stop.requested:
@@ -269,7 +301,7 @@ class Trainer:
                 break
             self._train(self.buffer.take(P, self.learner.version))
             t1 = time.perf_counter()
-            self._wait_installed(self._publish())
+            self.pool.wait_installed(self._publish(), self.cfg.broadcast.receive_timeout_s, self.log)
             self.stats.on_idle(time.perf_counter() - t1)
 
     def _publish(self) -> list:
@@ -281,16 +313,8 @@ class Trainer:
         self.published = v
         return handles
 
-    def _wait_installed(self, handles: list) -> None:
-        """Sync mode and resume: block until every live worker installed (a dead one is logged)."""
-        for ref in handles:
-            try:
-                ray.get(ref, timeout=self.cfg.broadcast.receive_timeout_s)
-            except Exception as exc:
-                self.log(f"snapshot install failed on a worker ({type(exc).__name__}: {str(exc)[:200]})")
-
     def _delivered(self, records: list[dict]) -> None:
-        released = {s.name for s in self.pool.slots if not s.active}
+        released = self.pool.released_names()
         for rec in records:
             rec["t_publish_s"] = round(self.stats.publish_time_s(rec["version"]), 4)
             # A worker the scheduler released mid-delivery did not fail: it left on purpose.
@@ -316,6 +340,11 @@ class Trainer:
             self.controller.tick(time.perf_counter())
             for slot in self.pool.slots:
                 self._fill(slot)
+        elif self.supervisor is not None:  # dead and hung workers restart (or the run fails: none can)
+            self.supervisor.check()
+            if not self.sync:  # a restarted worker gets work once it installed the latest snapshot
+                for slot in self.pool.slots:
+                    self._fill(slot)
 
     def _train(self, groups: list[RolloutGroup]) -> None:
         v_t = self.learner.version
@@ -326,12 +355,14 @@ class Trainer:
         metrics = self.learner.train_step(batch)
         t_train = time.perf_counter() - t0
         self.step += 1
+        self.gate.count_trained(groups)
         row = self.stats.on_step(step=self.step, version=self.learner.version, records=records, v_t=v_t,
                                  t_train_s=t_train, wall_s=time.perf_counter() - self.t_start,
                                  published_version=self.published, buffer_groups=len(self.buffer),
                                  learner_metrics=metrics, admission=self.gate.counters)
         row.update(self.agreement.update([str(r.meta.get("worker", "")) for r in records],
                                          [v_t - r.version for r in records], self.learner.last_agreement))
+        row.update(self.ledger.row())
         if self.controller is not None:
             row.update(self.controller.on_step(time.perf_counter(), t_train,
                                                row["accepted"], row["reward_mean"]))
@@ -353,8 +384,9 @@ class Trainer:
         self.stats.on_checkpoint(time.perf_counter() - self.t_start)
         self.learner.save_checkpoint(
             str(self.run.checkpoint_dir(self.step)),
-            extra={"step": self.step, "data_position": self.stream.position, "stats": self.stats.to_dict(),
-                   "admission": self.gate.counters.to_dict()},
+            extra={"step": self.step, "data_position": self.stream.position,
+                   "stats": stats_at_checkpoint(self.stats, self.deliveries),
+                   **self.ledger.checkpoint_extra()},  # admission counters, buffered groups, pool state
         )
         self.checkpointed_step = self.step
         self.run.prune_checkpoints(self.cfg.train.keep_checkpoints, self.step)
@@ -366,26 +398,3 @@ class Trainer:
 
             self.held_out = HeldOutEvaluation(self.cfg, self.adapter, self.tokenizer, self.reward_failures)
         return self.held_out.run(self.learner, self.step)
-
-def _record_limits(cfg: Echo2Config, adapter, tokenizer) -> RecordLimits:
-    """What a record from a worker may hold: token ids in the vocabulary and, for single-turn tasks, no
-    completion longer than the sampler's ``max_new_tokens`` (a multi-turn completion holds env turns too)."""
-    from echo2_sdk.adapter import MultiTurnTaskAdapter
-
-    single_turn = not isinstance(adapter, MultiTurnTaskAdapter)
-    return RecordLimits(vocab_size=len(tokenizer),
-                        max_completion_tokens=cfg.rollout.max_new_tokens if single_turn else None)
-
-
-def _reward_audit(cfg: Echo2Config, adapter, tokenizer, specs: Sequence[WorkerSpec], log: Callable[[str], None]):
-    from echo2_sdk.rewards import RewardGuard
-    from echo2_sdk.runtime.admission.reward_audit import RewardAudit, audited_workers
-
-    r = cfg.rollout
-    return RewardAudit(
-        adapter, tokenizer,
-        lambda: RewardGuard(cfg.task.name, dict(cfg.task.options), cfg.train.seed, timeout_s=r.reward_timeout_s,
-                            max_chars=r.effective_max_answer_chars),
-        fraction=r.reward_audit_fraction, audited=audited_workers(specs, r.reward_audit_ray_workers),
-        evict_after=r.reward_audit_evict_after, seed=cfg.train.seed, log=log)
-

@@ -5,6 +5,7 @@
 * ``scheduler`` / ``heartbeat``: the closed-loop PoolScheduler (pure, time passed in) and its inputs.
 * ``control``: ``PoolController``, the closed loop in a real run (starts, releases, replaces workers).
 * ``cost``: Σ_g p_g · GPU-hours_g, per step, per accepted sample, per reward point.
+* ``pool_state``: the cost and scheduler estimates a checkpoint carries to a resumed run.
 * ``plan`` / ``cli``: ``echo2 plan`` and ``echo2 simulate``.
 * ``simconfig`` / ``simparts`` / ``simulator`` / ``simstats`` / ``experiments`` / ``bcast_model``: the
   discrete-event pool simulator, which drives the runtime's ReplayBuffer and this package's scheduler.

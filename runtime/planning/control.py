@@ -33,6 +33,7 @@ from echo2_sdk.config import WorkerSpec
 from echo2_sdk.scheduler_config import PoolSchedulerConfig, resolve_prices
 from echo2_sdk.runtime.planning.cost import CostMeter, Resource
 from echo2_sdk.runtime.planning.heartbeat import ThroughputMeter, heartbeat_round
+from echo2_sdk.runtime.planning.pool_state import PoolState
 from echo2_sdk.runtime.planning.poolfile import WorkerOffer
 from echo2_sdk.runtime.planning.scheduler import Decision, PoolScheduler, SchedulerConfig
 
@@ -62,8 +63,11 @@ def offers_from_specs(specs: Sequence[WorkerSpec], prices: dict[str, float], max
 class PoolController:
     def __init__(self, pool: Any, offers: Sequence[WorkerOffer], *, kappa: int, rollouts_per_step: int,
                  config: PoolSchedulerConfig, prices: dict[str, float], decisions_path: str | Path | None = None,
-                 log: Callable[[str], None] = print, seed: int = 0) -> None:
+                 log: Callable[[str], None] = print, seed: int = 0, stall_timeout_s: float | None = None) -> None:
+        """``stall_timeout_s``: a worker with work queued that finishes nothing for this long is hung and
+        leaves the pool at once (None: ``config.heartbeat_timeout_s``)."""
         self.pool, self.config, self.log = pool, config, log
+        self.stall_timeout_s = config.heartbeat_timeout_s if stall_timeout_s is None else stall_timeout_s
         self.offers = {o.name: o for o in offers}
         self.scheduler = PoolScheduler(
             offers, kappa=kappa, rollouts_per_step=rollouts_per_step,
@@ -96,7 +100,7 @@ class PoolController:
         return cls(pool, offers, kappa=kappa,
                    rollouts_per_step=cfg.train.prompts_per_step * cfg.rollout.samples_per_prompt,
                    config=cfg.scheduler, prices=prices, decisions_path=Path(run_path) / DECISIONS_FILE,
-                   log=log, seed=cfg.train.seed)
+                   log=log, seed=cfg.train.seed, stall_timeout_s=cfg.rollout.worker_stall_timeout_s)
 
     # ------------------------------------------------------------------ what is rented
     def resources(self) -> list[Resource]:
@@ -143,11 +147,16 @@ class PoolController:
         if self._last_round is not None and now - self._last_round < self.config.heartbeat_interval_s:
             return []
         self._last_round = now
-        # A worker that delivers nothing for a heartbeat timeout while it has work falls silent; one
-        # more timeout without a heartbeat and the scheduler declares it lost and replaces it.
-        stall = self.config.heartbeat_timeout_s
-        alive = list(self.pool.alive_names(stall_timeout_s=stall) if alive_names is None else alive_names)
-        return self._apply(now, heartbeat_round(self.scheduler, self.meter, alive, now))
+        if alive_names is not None:
+            return self._apply(now, heartbeat_round(self.scheduler, self.meter, list(alive_names), now))
+        # A worker that delivers nothing for the stall timeout while it has work is hung (a stopped
+        # process keeps its actor alive, so it would never miss a heartbeat): it leaves the pool now —
+        # waiting for a heartbeat deadline on top let a 60 s stop pass unnoticed — and is replaced.
+        alive = list(self.pool.alive_names(stall_timeout_s=self.stall_timeout_s))
+        hung = [n for n in self.pool.alive_names() if n not in alive and self.scheduler.is_alive(n)]
+        left = [d for n in hung for d in self.scheduler.leave(
+            n, now, f"hung: work queued, nothing finished for over {self.stall_timeout_s:g} s")]
+        return self._apply(now, left + heartbeat_round(self.scheduler, self.meter, alive, now))
 
     # ------------------------------------------------------------------ applying decisions
     def _apply(self, now: float, decisions: list[Decision]) -> list[Decision]:
@@ -180,6 +189,17 @@ class PoolController:
         done = f" → {applied}" if applied else ""
         self.log(f"pool t={d.t_s:.1f}s: {d.action}{who}: {d.reason} "
                  f"[μ_pool {d.mu_pool:.3g}/s, μ_target {d.mu_target:.3g}/s]{done}")
+
+    # ------------------------------------------------------------------ checkpoints (pool_state.py)
+    def state(self) -> PoolState:
+        return PoolState(self.cost.totals(), self.scheduler.estimates(), self._t_train_measured, tuple(self.applied))
+
+    def restore(self, state: PoolState) -> None:
+        """Continue a checkpoint's cost and estimates; call before :meth:`start`."""
+        self.cost.restore(state.cost)
+        self.scheduler.restore_estimates(state.estimates)
+        self._t_train_measured = state.t_train_measured
+        self.applied = list(state.decisions)
 
     # ------------------------------------------------------------------ report
     def summary(self) -> dict:

@@ -26,6 +26,7 @@ from typing import Iterable, Mapping
 
 
 from echo2_sdk.config_loader import ConfigError, read_yaml_file
+from echo2_sdk.runtime.planning.pool_state import CostTotals
 from echo2_sdk.scheduler_config import check_prices
 
 POINTS_PER_REWARD_UNIT = 100.0
@@ -116,3 +117,14 @@ class CostMeter:
 
     def summary(self) -> dict:
         return {"cost_usd": self.cost_usd, "gpu_hours": dict(self.gpu_hours), "usd_by_gpu": dict(self.usd_by_gpu)}
+
+    def totals(self) -> CostTotals:
+        """The cumulative figures a checkpoint carries (``pool_state``)."""
+        return CostTotals(self.cost_usd, dict(self.gpu_hours), dict(self.usd_by_gpu), self.accepted_samples,
+                          self._first_reward)
+
+    def restore(self, totals: CostTotals) -> None:
+        """Continue from a checkpoint's totals (charging goes on from ``last_s``, the resumed run's clock)."""
+        self.cost_usd, self.accepted_samples, self._first_reward = totals.cost_usd, totals.accepted_samples, totals.first_reward
+        self.gpu_hours = defaultdict(float, totals.gpu_hours)
+        self.usd_by_gpu = defaultdict(float, totals.usd_by_gpu)

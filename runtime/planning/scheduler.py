@@ -29,6 +29,7 @@ from typing import Literal, Sequence
 
 from echo2_sdk.runtime.planning import capacity
 from echo2_sdk.runtime.planning.activation import activate_greedy, activate_random, rho
+from echo2_sdk.runtime.planning.pool_state import SchedulerEstimates
 from echo2_sdk.runtime.planning.poolfile import WorkerOffer
 
 ACTIONS = ("activate", "release", "lost", "leave", "join", "recover", "replan", "shortfall")
@@ -148,9 +149,28 @@ class PoolScheduler:
     def is_active(self, name: str) -> bool:
         return self._get(name).active
 
+    def is_alive(self, name: str) -> bool:
+        """Worker ``name`` counts as alive (heartbeats within the deadline, not left)."""
+        return self._get(name).alive
+
     def estimate(self, name: str) -> float:
         """μ̂_i: the current throughput estimate of worker ``name`` (rollouts/s)."""
         return self._get(name).mu_est
+
+    def estimates(self) -> SchedulerEstimates:
+        """What it measured, for a checkpoint (``pool_state``)."""
+        return SchedulerEstimates(self.t_train_s, self.t_bcast_s,
+                                  {n: w.mu_est for n, w in self._workers.items() if w.measured}, self._rng.getstate())
+
+    def restore_estimates(self, e: SchedulerEstimates) -> None:
+        """Take a checkpoint's measurements (before :meth:`start`); workers no longer in the pool are ignored."""
+        self.t_train_s, self.t_bcast_s = e.t_train_s, e.t_bcast_s
+        for name, mu in e.mu_measured.items():
+            w = self._workers.get(name)
+            if w is not None:
+                self._set_active(w, False)
+                w.mu_est, w.measured = float(mu), True
+        self._rng.setstate(e.rng_state)
 
     def status(self) -> dict:
         mu_pool = self.mu_pool

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 import ray
@@ -19,55 +18,11 @@ from echo2_sdk.config import WorkerSpec
 from echo2_sdk.runtime.broadcast.base import CONTROL, SnapshotTransport
 from echo2_sdk.runtime.broadcast.object_store import ObjectStoreTransport
 from echo2_sdk.runtime.rollout.codec import example_to_dict, result_from_json
-from echo2_sdk.runtime.rollout.base import GenerationResult, SentRequest, WorkerSettings
+from echo2_sdk.runtime.rollout.base import SentRequest, WorkerSettings
+from echo2_sdk.runtime.rollout.slots import Finished, WorkerSlot, report_row
 from echo2_sdk.runtime.rollout.worker import RolloutWorker
 
-
-@dataclass
-class WorkerSlot:
-    name: str
-    actor: Any
-    spec: WorkerSpec
-    """What the config says about it (placement, throughput cap, price, endpoint)."""
-    inflight: list[Any] = field(default_factory=list)
-    samples: int = 0
-    tokens: int = 0
-    generate_s: float = 0.0
-    reward_s: float = 0.0
-    throttle_s: float = 0.0
-    errors: int = 0
-    version: int = 0
-    last_progress: float | None = None
-    """time.perf_counter() of its last finished request or finished start (None: never)."""
-    dead: bool = False
-    """The actor process is gone (crashed or killed); the pool stops sending it work."""
-    index: int = 0
-    """Position in the pool (seeds the worker's sampling)."""
-    active: bool = True
-    """The scheduler rents it: its actor runs (or is starting) and it is fed work and snapshots."""
-    ready: bool = True
-    """Its actor finished starting and holds the latest snapshot published before its activation."""
-    lost: bool = False
-    """The scheduler declared it lost (missed heartbeats); it stays out of the pool."""
-    starts: int = 0
-    """How many times an actor was started for it."""
-    active_since: float | None = None
-    """time.perf_counter() of the current activation (None while inactive)."""
-    active_s: float = 0.0
-    """Seconds it was active over finished activations."""
-    node: str = ""
-    """Ray node id its latest result came from (learned from results; empty before the first)."""
-
-
-@dataclass(frozen=True)
-class Finished:
-    """One finished call of :meth:`RolloutPool.collect`."""
-
-    slot: WorkerSlot
-    result: GenerationResult | Exception
-    """The decoded generate reply, or why there is none (a failed request or start, a malformed reply)."""
-    request: SentRequest | None
-    """What the pool asked the worker for (None for a worker's start): the reply is checked against it."""
+__all__ = ["Finished", "RolloutPool", "WorkerSlot"]
 
 
 class RolloutPool:
@@ -111,8 +66,20 @@ class RolloutPool:
         self._ref_owner: dict[Any, WorkerSlot] = {}
         self._requests: dict[Any, SentRequest] = {}
         """What each in-flight generate call asked for (as many entries as calls in flight)."""
-        if not lazy:
-            ray.get([s.actor.ping.options(concurrency_group=CONTROL).remote() for s in self.slots])
+        self.in_flight_at_shutdown: dict[str, int] = {}
+        """:meth:`in_flight_samples` when :meth:`shutdown` began (those requests are never answered)."""
+        self.abandoned: list[tuple[str, SentRequest]] = []
+        """(worker, request) of every generate call dropped unanswered because its worker was stopped; the
+        driver takes them (:meth:`take_abandoned`) and counts their samples as lost in flight."""
+        if not lazy:  # wait until every worker is up; one that dies while starting is dead, not a crash
+            pings = [s.actor.ping.options(concurrency_group=CONTROL).remote() for s in self.slots]
+            for slot, ping in zip(self.slots, pings):
+                try:
+                    ray.get(ping)
+                    slot.last_progress = time.perf_counter()
+                except ray.exceptions.RayActorError:
+                    slot.errors += 1
+                    slot.dead = True
 
     def _start(self, slot: WorkerSlot) -> None:
         # Workers reserve no CPU slot: light control calls must never wait for a free CPU.
@@ -158,15 +125,20 @@ class RolloutPool:
     def alive_names(self, stall_timeout_s: float | None = None) -> list[str]:
         """Workers that answer: running and not dead, or not started (offers that can be rented).
 
-        With ``stall_timeout_s``, a running worker that has work queued but finished nothing for that
-        long counts as silent too (a hung process whose actor is still alive)."""
-        now = time.perf_counter()
+        With ``stall_timeout_s``, a hung worker (see :meth:`hung`) counts as silent too."""
+        hung = {s.name for s in self.hung(stall_timeout_s)}
+        return [s.name for s in self.slots if not s.dead and not s.lost and s.name not in hung]
 
-        def stalled(s: WorkerSlot) -> bool:
-            return (stall_timeout_s is not None and s.active and s.ready and bool(s.inflight)
-                    and s.last_progress is not None and now - s.last_progress > stall_timeout_s)
-
-        return [s.name for s in self.slots if not s.dead and not s.lost and not stalled(s)]
+    def hung(self, stall_timeout_s: float | None, now: float | None = None) -> list[WorkerSlot]:
+        """Running workers with work queued that finished nothing for ``stall_timeout_s`` — or for 5× their
+        slowest request, if longer, so that a slow model is not taken for a hung one. A stopped process
+        keeps its Ray actor alive, so only missing progress shows it."""
+        if stall_timeout_s is None:
+            return []
+        now = time.perf_counter() if now is None else now
+        return [s for s in self.slots
+                if s.active and s.ready and not s.dead and not s.lost and s.inflight and s.last_progress is not None
+                and now - s.last_progress > max(stall_timeout_s, 5.0 * s.slowest_request_s)]
 
     def accepts_work(self, slot: WorkerSlot) -> bool:
         return slot.active and slot.ready and not slot.dead and not slot.lost and slot.actor is not None
@@ -209,6 +181,25 @@ class RolloutPool:
         self._stop(slot)
         return "actor stopped"
 
+    def retire(self, name: str) -> int:
+        """Kill worker ``name``'s actor (e.g. hung) and count it dead, restartable; returns the requests dropped."""
+        slot = self.slot(name)
+        dropped = len(slot.inflight)
+        self._stop(slot)
+        slot.dead = True
+        return dropped
+
+    def restart(self, name: str) -> str:
+        """Start a fresh actor for dead worker ``name`` (its old one is killed if still there), exactly as an
+        activation does: the latest snapshot is installed before any work is sent."""
+        slot = self.slot(name)
+        if slot.lost:
+            raise RuntimeError(f"worker {name!r} was taken out of the pool; it is not restarted")
+        slot.dead = False  # first, so that _stop kills what is left of the old actor (a remote worker's proxy)
+        if slot.active:
+            self._stop(slot)
+        return self.activate(name)
+
     def mark_lost(self, name: str) -> str:
         """The scheduler declared ``name`` lost: no more work or snapshots; its actor is stopped if still there."""
         slot = self.slot(name)
@@ -220,7 +211,9 @@ class RolloutPool:
     def _stop(self, slot: WorkerSlot) -> None:
         for ref in list(slot.inflight):
             self._ref_owner.pop(ref, None)
-            self._requests.pop(ref, None)
+            request = self._requests.pop(ref, None)
+            if request is not None:  # never answered: the sample ledger counts it lost, not forgotten
+                self.abandoned.append((slot.name, request))
         slot.inflight.clear()
         for ref in [r for r, s in self._starting.items() if s is slot]:
             del self._starting[ref]
@@ -259,6 +252,19 @@ class RolloutPool:
 
     def pending(self) -> list[Any]:
         return list(self._ref_owner)
+
+    def in_flight_samples(self) -> dict[str, int]:
+        """Samples asked in the generate calls still in flight, by worker."""
+        out: dict[str, int] = {}
+        for ref, request in self._requests.items():
+            name = self._ref_owner[ref].name
+            out[name] = out.get(name, 0) + len(request.examples) * request.samples_per_prompt
+        return out
+
+    def take_abandoned(self) -> list[tuple[str, SentRequest]]:
+        """The calls dropped unanswered since the previous call (see ``abandoned``)."""
+        taken, self.abandoned = self.abandoned, []
+        return taken
 
     def collect(self, timeout_s: float) -> list[Finished]:
         """Calls finished within ``timeout_s`` (0 = only those already done), each with what it asked for."""
@@ -301,6 +307,8 @@ class RolloutPool:
             slot.throttle_s += result.t_throttle_s
             slot.version = result.version
             slot.node = result.node or slot.node
+            slot.slowest_request_s = max(slot.slowest_request_s,
+                                         result.t_generate_s + result.t_reward_s + result.t_throttle_s)
             out.append(Finished(slot, result, request))
         return out
 
@@ -311,33 +319,23 @@ class RolloutPool:
         self.last_publish_names = [s.name for s in targets]
         return self.transport.publish(state_dict, version, [s.actor for s in targets], names=self.last_publish_names)
 
+    def released_names(self) -> set[str]:
+        """Workers the scheduler released (a lost — hung, evicted — or dead one is not: it did fail)."""
+        return {s.name for s in self.slots if not s.active and not s.lost and not s.dead}
+
+    def wait_installed(self, handles: list, timeout_s: float, log) -> None:
+        """Sync mode and resume: block until every live worker installed (a failed install is logged)."""
+        for ref in handles:
+            try:
+                ray.get(ref, timeout=timeout_s)
+            except Exception as exc:
+                log(f"snapshot install failed on a worker ({type(exc).__name__}: {str(exc)[:200]})")
+
     def worker_report(self) -> list[dict]:
-        return [
-            {
-                "name": s.name,
-                "node": s.node,
-                "gpu": s.spec.gpu,
-                "max_tokens_per_s": s.spec.max_tokens_per_s,
-                "usd_per_hour": s.spec.usd_per_hour or 0.0,
-                "samples": s.samples,
-                "tokens": s.tokens,
-                "generate_s": round(s.generate_s, 3),
-                "reward_s": round(s.reward_s, 3),
-                "throttle_s": round(s.throttle_s, 3),
-                # Reward scoring overlaps the next generation, so generation time is the capacity.
-                "tokens_per_generate_s": round(s.tokens / s.generate_s, 1) if s.generate_s else None,
-                "errors": s.errors,
-                "dead": s.dead,
-                "last_version": s.version,
-                "active": s.active,
-                "lost": s.lost,
-                "starts": s.starts,
-                "active_s": round(s.active_s + (time.perf_counter() - s.active_since if s.active_since else 0.0), 3),
-            }
-            for s in self.slots
-        ]
+        return [report_row(s) for s in self.slots]
 
     def shutdown(self) -> None:
+        self.in_flight_at_shutdown = self.in_flight_samples()  # what the sample ledger reports in flight at stop
         try:
             self.transport.close([s.actor for s in self.slots if not s.dead and s.actor is not None])
         except Exception:  # a dead or stuck worker must not keep the driver from shutting down
