@@ -52,4 +52,16 @@ def spawn(fn, world_size: int, *args) -> None:
     tests = str(Path(__file__).resolve().parent)
     if tests not in sys.path:
         sys.path.insert(0, tests)
-    mp.spawn(fn, args=(world_size, free_port(), *args), nprocs=world_size, join=True)
+    mp.spawn(_rank_main, args=(fn, world_size, free_port(), *args), nprocs=world_size, join=True)
+
+
+def _rank_main(rank: int, fn, world_size: int, port: int, *args) -> None:
+    fn(rank, world_size, port, *args)
+    # Leave together and tear the group down before the interpreter exits: a rank that exits while
+    # gloo's threads still run (its peer still saving) can abort with "terminate called without an
+    # active exception" (seen once in CI, SIGABRT of rank 1).
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
