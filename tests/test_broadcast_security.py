@@ -209,3 +209,14 @@ def test_a_parent_its_child_re_attached_around_goes_to_the_tail_of_later_chains_
     assert coordinator.plan_order(["a", "b", "c"]) == ["b", "c", "a"]  # a hung a would now delay no one
     coordinator.on_report("a", 1, "installed", {})
     assert coordinator.plan_order(["a", "b", "c"]) == ["a", "b", "c"]
+
+
+def test_an_old_delivery_still_reports_its_progress_after_many_newer_publishes(plane):
+    """A delivery open longer than the publish futures are kept (a hung worker) is still measured by the
+    learner's own install times, not by when the trainer happened to notice a Ray handle."""
+    for _ in range(10):
+        plane.publish_and_install()
+    report = plane.learner.progress(1)
+    assert report is not None and set(report["installed_s"]) == {"w0"} and report["settled"]
+    assert report["installed_s"]["w0"] < 5.0
+    assert plane.learner.progress(10_000) is None  # never published

@@ -130,10 +130,8 @@ class LearnerBroadcaster:
             merged.update({f"source_{reason}": n for reason, n in self.source.refused.to_dict().items()})
             return dict(sorted(merged.items()))
 
-        async def on_loop() -> dict[str, int]:  # the loop thread updates the counters
-            return read()
-
-        return self._thread.run(on_loop(), 10) if self._thread.thread.is_alive() else read()
+        # On the loop thread, which updates the counters (directly once it has stopped).
+        return self._thread.run(self._call(read), 10) if self._thread.thread.is_alive() else read()
 
     def registered(self) -> list[str]:
         return list(self.coordinator.peers)
@@ -224,10 +222,12 @@ class LearnerBroadcaster:
     def progress(self, version: int) -> dict | None:
         """Non-blocking view of ``version``'s delivery (None until the broadcast has started):
         install times in seconds since publish, failures, the live workers and whether it settled."""
-        started = self._publishing.get(version)
-        if started is None or not started.done():
+        started = self._publishing.get(version)  # kept for the last few publishes; older ones are on record
+        if started is None and version not in self.coordinator.broadcasts:
             return None
-        if started.exception() is not None:
+        if started is not None and not started.done():
+            return None
+        if started is not None and started.exception() is not None:
             return {"installed_s": {}, "failed": {"*": str(started.exception())}, "live": [], "settled": True}
 
         async def snapshot() -> dict:
