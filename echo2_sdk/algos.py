@@ -30,7 +30,7 @@ from typing import Callable
 import torch
 from torch import Tensor
 
-from echo2_sdk.corrections import get_correction, log_ratio
+from echo2_sdk.corrections import LOG_RATIO_CLAMP, get_correction, log_ratio
 
 AdvantageFn = Callable[..., Tensor]
 PolicyLossFn = Callable[..., tuple]
@@ -181,9 +181,6 @@ def dr_grpo_advantage(rewards: torch.Tensor, index: torch.Tensor, eps: float = 0
 # variance. Advantages are computed outside (group-relative in GRPO) and arrive per token.
 
 LOSS_AGGREGATIONS = ("token-mean", "seq-mean-token-mean")
-# Log-ratios are clamped to +-20 before exp() (as verl does) so a garbage or -inf log-prob on a
-# kept token yields a huge-but-finite ratio instead of inf/NaN; exp(20) ~ 4.9e8.
-_LOG_RATIO_CLAMP = 20.0
 
 
 @register_policy_loss("grpo")
@@ -278,7 +275,7 @@ def grpo_policy_loss(
     adv = clean(advantages).detach()
 
     # PPO clipped surrogate.
-    ratio = torch.exp((logp - old).clamp(-_LOG_RATIO_CLAMP, _LOG_RATIO_CLAMP))
+    ratio = torch.exp((logp - old).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP))
     surrogate = -adv * ratio
     surrogate_clipped = -adv * ratio.clamp(1.0 - clip_eps_low, 1.0 + clip_eps_high)
     pg_tokens = torch.maximum(surrogate, surrogate_clipped)
@@ -286,8 +283,9 @@ def grpo_policy_loss(
 
     # Off-policy correction sampler -> old (detached): truncated or masked importance weights.
     with torch.no_grad():
-        rho = torch.exp(log_ratio(old, sampler, keep))
-        weight = correct(old, sampler, keep, cap=tis_cap, low=is_low, high=is_high)
+        log_rho = log_ratio(old, sampler, keep)  # once: the correction and the statistics share it
+        rho = torch.exp(log_rho)
+        weight = correct(log_rho, keep, cap=tis_cap, low=is_low, high=is_high)
         reported_weight = rho if correction == "none" else weight
         truncated = (rho > tis_cap) & keep if tis_cap is not None and correction != "none" else torch.zeros_like(keep)
         masked = keep & (weight == 0)
@@ -296,7 +294,7 @@ def grpo_policy_loss(
     # k3 KL to the frozen reference.
     if ref_logprobs is not None:
         log_ref_ratio = (clean(ref_logprobs).detach() - logp).clamp(
-            -_LOG_RATIO_CLAMP, _LOG_RATIO_CLAMP
+            -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP
         )
         kl_tokens = torch.exp(log_ref_ratio) - log_ref_ratio - 1.0
     else:

@@ -3,9 +3,10 @@
 ``pi_old``. Registered pure functions, looked up by ``algo.correction``; the GRPO loss multiplies its
 per-token surrogate by the weight they return.
 
-Every correction is ``fn(old_logprobs[B, T], sampler_logprobs[B, T], keep[B, T] bool, *, cap, low, high)
--> weights[B, T]`` (float, detached, 0 where a token is masked out; ``keep`` marks the trained tokens and
-the inputs are finite there). With log-ratio ``l_t = old_t - sampler_t`` and ``rho_t = exp(l_t)``:
+Every correction is ``fn(log_rho[B, T], keep[B, T] bool, *, cap, low, high) -> weights[B, T]`` (float,
+detached, 0 where a token is masked out). ``log_rho`` is :func:`log_ratio` of ``pi_old`` over
+``pi_sampler`` (computed once by the loss, 0 off the kept tokens); with ``l_t = log_rho_t`` and
+``rho_t = exp(l_t)``:
 
 - ``none``: ``w = 1`` — plain GRPO, samples treated as on-policy.
 - ``tis``: truncated importance sampling ``w = min(rho, cap)`` (ECHO-2; the default).
@@ -30,7 +31,9 @@ import torch
 from torch import Tensor
 
 CorrectionFn = Callable[..., Tensor]
-_LOG_RATIO_CLAMP = 20.0
+LOG_RATIO_CLAMP = 20.0
+"""Log-ratios are clamped to ±20 before exp() (as verl does): a garbage or -inf log-prob on a kept token
+gives a huge-but-finite ratio (exp(20) ~ 4.9e8) instead of inf/NaN."""
 _CORRECTIONS: dict[str, CorrectionFn] = {}
 
 
@@ -59,63 +62,61 @@ def list_corrections() -> list[str]:
 
 def log_ratio(old_logprobs: Tensor, sampler_logprobs: Tensor, keep: Tensor) -> Tensor:
     """``[B, T]`` clamped ``log pi_old - log pi_sampler`` on kept tokens, 0 elsewhere."""
-    diff = (old_logprobs - sampler_logprobs).clamp(-_LOG_RATIO_CLAMP, _LOG_RATIO_CLAMP)
+    diff = (old_logprobs - sampler_logprobs).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
     return torch.where(keep, diff, torch.zeros_like(diff))
 
 
 @register_correction("none")
-def no_correction(old_logprobs: Tensor, sampler_logprobs: Tensor, keep: Tensor, *, cap: float | None = None,
-                  low: float = 0.5, high: float = 2.0) -> Tensor:
+def no_correction(log_rho: Tensor, keep: Tensor, *, cap: float | None = None, low: float = 0.5,
+                  high: float = 2.0) -> Tensor:
     """``[B, T]`` ones on kept tokens.
 
-    >>> no_correction(torch.zeros(1, 2), torch.full((1, 2), -5.0), torch.tensor([[True, False]])).tolist()
+    >>> no_correction(torch.full((1, 2), 5.0), torch.tensor([[True, False]])).tolist()
     [[1.0, 0.0]]
     """
     return keep.to(torch.float32)
 
 
 @register_correction("tis")
-def truncated_is(old_logprobs: Tensor, sampler_logprobs: Tensor, keep: Tensor, *, cap: float | None = 2.0,
-                 low: float = 0.5, high: float = 2.0) -> Tensor:
+def truncated_is(log_rho: Tensor, keep: Tensor, *, cap: float | None = 2.0, low: float = 0.5,
+                 high: float = 2.0) -> Tensor:
     """``[B, T]`` ``min(rho, cap)`` on kept tokens (``cap=None``: ``rho`` itself).
 
-    >>> old, sampler = torch.log(torch.tensor([[0.5, 0.9]])), torch.log(torch.tensor([[0.1, 0.9]]))
-    >>> truncated_is(old, sampler, torch.tensor([[True, True]]), cap=2.0).tolist()
+    >>> keep = torch.tensor([[True, True]])
+    >>> truncated_is(log_ratio(torch.log(torch.tensor([[0.5, 0.9]])), torch.log(torch.tensor([[0.1, 0.9]])), keep),
+    ...              keep, cap=2.0).tolist()
     [[2.0, 1.0]]
     """
-    rho = torch.exp(log_ratio(old_logprobs, sampler_logprobs, keep))
+    rho = torch.exp(log_rho)
     weight = rho if cap is None else rho.clamp(max=cap)
     return torch.where(keep, weight, torch.zeros_like(weight))
 
 
 @register_correction("icepop")
-def icepop_masked_is(old_logprobs: Tensor, sampler_logprobs: Tensor, keep: Tensor, *, cap: float | None = None,
-                     low: float = 0.5, high: float = 2.0) -> Tensor:
+def icepop_masked_is(log_rho: Tensor, keep: Tensor, *, cap: float | None = None, low: float = 0.5,
+                     high: float = 2.0) -> Tensor:
     """``[B, T]`` ``rho`` where ``low <= rho <= high``, else 0.
 
-    >>> old = torch.log(torch.tensor([[0.5, 0.9, 0.1]]))
-    >>> sampler = torch.log(torch.tensor([[0.1, 0.6, 0.5]]))
-    >>> [round(w, 4) for w in icepop_masked_is(old, sampler, torch.ones(1, 3, dtype=torch.bool))[0].tolist()]
+    >>> rho = torch.tensor([[5.0, 1.5, 0.2]])
+    >>> [round(w, 4) for w in icepop_masked_is(rho.log(), torch.ones(1, 3, dtype=torch.bool))[0].tolist()]
     [0.0, 1.5, 0.0]
     """
-    rho = torch.exp(log_ratio(old_logprobs, sampler_logprobs, keep))
+    rho = torch.exp(log_rho)
     inside = keep & (rho >= low) & (rho <= high)
     return torch.where(inside, rho, torch.zeros_like(rho))
 
 
 @register_correction("seq_mask_tis")
-def sequence_masked_tis(old_logprobs: Tensor, sampler_logprobs: Tensor, keep: Tensor, *,
-                        cap: float | None = 2.0, low: float = 0.5, high: float = 2.0) -> Tensor:
+def sequence_masked_tis(log_rho: Tensor, keep: Tensor, *, cap: float | None = 2.0, low: float = 0.5,
+                        high: float = 2.0) -> Tensor:
     """``[B, T]`` token TIS on sequences whose geometric-mean ratio lies in ``[low, high]``, 0 on the rest.
 
-    >>> old = torch.log(torch.tensor([[0.9, 0.9], [0.9, 0.9]]))
-    >>> sampler = torch.log(torch.tensor([[0.3, 0.9], [0.1, 0.1]]))   # geo-means sqrt(3) and 9
-    >>> sequence_masked_tis(old, sampler, torch.ones(2, 2, dtype=torch.bool), cap=2.0).tolist()
+    >>> rho = torch.tensor([[3.0, 1.0], [9.0, 9.0]])   # geo-means sqrt(3) and 9
+    >>> sequence_masked_tis(rho.log(), torch.ones(2, 2, dtype=torch.bool), cap=2.0).tolist()
     [[2.0, 1.0], [0.0, 0.0]]
     """
-    l = log_ratio(old_logprobs, sampler_logprobs, keep)
     tokens = keep.sum(dim=-1)
-    geo_mean = torch.exp(l.sum(dim=-1) / tokens.clamp(min=1))
+    geo_mean = torch.exp(log_rho.sum(dim=-1) / tokens.clamp(min=1))
     sequence_ok = (geo_mean >= low) & (geo_mean <= high)
-    weight = truncated_is(old_logprobs, sampler_logprobs, keep, cap=cap)
+    weight = truncated_is(log_rho, keep, cap=cap)
     return torch.where(sequence_ok[:, None] & keep, weight, torch.zeros_like(weight))

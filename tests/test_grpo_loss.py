@@ -175,7 +175,9 @@ def _weights(name: str, **kw):
     old = torch.log(torch.tensor([[0.6, 0.5, 0.4], [0.9, 0.8, 0.3]]))
     sampler = torch.log(torch.tensor([[0.2, 0.5, 0.5], [0.3, 0.1, 0.9]]))
     keep = torch.tensor([[True, True, True], [True, True, False]])
-    return get_correction(name)(old, sampler, keep, **kw)
+    from echo2_sdk.corrections import log_ratio
+
+    return get_correction(name)(log_ratio(old, sampler, keep), keep, **kw)
 
 
 def test_tis_correction_truncates_each_token_ratio_at_the_cap():
