@@ -78,6 +78,8 @@ class ChaosResult:
     replace_s_max: float | None = None
     replace_s_median: float | None = None
     hung_noticed_after_s: list[float] = field(default_factory=list)
+    pool_left_hung: int = 0
+    """With the pool scheduler: workers it declared hung and took out of the pool (``leave … hung``)."""
     driver_killed_at_step: int | None = None
     resumed_from_step: int | None = None
     orphans_after_driver_kill: dict[str, list[str]] = field(default_factory=dict)
@@ -270,6 +272,7 @@ def _read_outcome(result: ChaosResult, run_dir: Path, drivers: list[Driver]) -> 
                                    if (m := re.search(r"worker \S+ hung: no request finished for ([0-9.]+) s", ln))]
     result.outages_died = sum(1 for ln in lines if re.search(r"^worker \S+ died: its actor is gone", ln))
     result.outages_hung = len(result.hung_noticed_after_s)
+    result.pool_left_hung = sum(1 for ln in lines if re.search(r"^pool t=\S+: leave \S+: hung: ", ln))
     if result.replace_s:
         xs = sorted(result.replace_s)
         result.replace_s_max, result.replace_s_median = xs[-1], xs[len(xs) // 2]

@@ -27,6 +27,8 @@ method                   side                purpose
 ``open_episode``,        worker              the episode as a token-level chat, and its
 ``to_rollout``                               record (return, assistant mask)
 ``reference_reply``      ``echo2 check``     optional: a scripted player's reply
+*both*
+``tokenizer_corpus``     driver              text a task-fitted tiny tokenizer learns from
 =======================  ==================  ==============================================
 """
 
@@ -36,7 +38,7 @@ import abc
 import dataclasses
 import inspect
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar, Iterator, Mapping, Sequence
 
 from echo2_sdk.config_loader import build_dataclass
 from echo2_sdk.records import Omega, Rollout
@@ -120,6 +122,25 @@ class BaseTaskAdapter(abc.ABC):
     def reference_answer(self, example: Example) -> str | None:
         """The text a perfect assistant would answer (used by warm starts and checks)."""
         return example.answer
+
+    # ----- tokenizer --------------------------------------------------------------------------
+    corpus_examples: ClassVar[int] = 256
+    """Examples per split that the default :meth:`tokenizer_corpus` reads."""
+
+    def tokenizer_corpus(self) -> Iterator[str]:
+        """Text the tiny model's task-fitted tokenizer learns its vocabulary from
+        (``model.tiny.tokenizer: task``, :mod:`echo2_sdk.task_tokenizer`): what the model will read and write.
+
+        Default: the prompt messages and reference answers of the first ``corpus_examples`` examples of
+        every split. Override it (calling ``super()``) to add text those miss, such as feedback the task
+        writes back or the answer formats it accepts. Anything missing still encodes, only in more tokens.
+        """
+        for split in SPLITS:
+            for example in list(self.examples(split))[: self.corpus_examples]:
+                yield from (m["content"] for m in self.build_messages(example))
+                answer = self.reference_answer(example)
+                if answer:
+                    yield answer
 
     # ----- evaluation -------------------------------------------------------------------------
     @classmethod

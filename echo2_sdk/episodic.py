@@ -25,7 +25,7 @@ from __future__ import annotations
 import abc
 import random
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 from echo2_sdk.adapter import Example, MultiTurnTaskAdapter
 from echo2_sdk.chat import chat_markers, chat_token_ids
@@ -142,6 +142,37 @@ class EpisodicTaskAdapter(MultiTurnTaskAdapter):
         env = self._shared_env()
         env.begin_episode(example.meta["episode_seed"])
         return self.episode_group(env)
+
+    # ----- tokenizer corpus --------------------------------------------------------------------
+    corpus_episodes: int = 128
+    """Demonstrator episodes that :meth:`tokenizer_corpus` plays (0.5 s for poker or moba)."""
+
+    def tokenizer_corpus(self) -> Iterator[str]:
+        """The text of ``corpus_episodes`` episodes played by the ``demonstrator``: the system prompt,
+        every observation (refusal reasons and closing results included), every legal action offered
+        and every reply.
+
+        Episode seeds of its own, not the adapter's: runs that differ only in ``train.seed`` fit the
+        same tokenizer, so they share one cached tiny model and compare like with like.
+        """
+        for index in range(self.corpus_episodes):
+            seed = random.Random(f"{self.name}:tokenizer-corpus:{index}").getrandbits(62)
+            env = self.make_env()
+            obs, info = env.begin_episode(seed)
+            yield env.system_prompt
+            player = self.make_bot(self.options.demonstrator, env)
+            if hasattr(player, "begin"):  # seeded players restart per episode
+                player.begin(seed)
+            feedback, done = None, False
+            while True:
+                yield obs
+                yield from info["legal_actions"]
+                if done:
+                    break
+                reply = self.bot_reply(player, env, feedback)
+                yield str(reply)
+                obs, _, terminated, truncated, info = env.step(reply)
+                feedback, done = info["invalid_reason"], terminated or truncated
 
     # ----- token level (the worker loop) ------------------------------------------------------
     def open_episode(self, example: Example, tokenizer) -> ChatEpisode:

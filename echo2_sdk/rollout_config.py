@@ -185,7 +185,13 @@ class RolloutConfig:
     """A running worker with requests queued that finishes none for this long is hung (e.g. a stopped
     process whose actor Ray still sees alive): it is killed and restarted (scheduler off) or declared
     lost and replaced (scheduler on). Never below 5× the slowest request that worker finished, so a
-    slow model does not read as hung. Null: only dead workers are noticed."""
+    slow model does not read as hung. In sync mode, a worker that has not installed a snapshot this
+    long after its peers did is hung too (with one worker, ``broadcast.receive_timeout_s`` bounds the
+    wait). Null: only dead workers are noticed."""
+    worker_start_timeout_s: float = 600.0
+    """A worker whose actor has not started (model loaded, latest snapshot installed) this many seconds
+    after it was launched is hung while starting: killed and restarted like a dead one (scheduler off) or
+    declared lost (scheduler on). Generous by default: a Qwen3-8B load plus an engine warm-up takes minutes."""
 
     def __post_init__(self) -> None:
         check_resources_map(self.worker_resources, "rollout.worker_resources")
@@ -215,6 +221,9 @@ class RolloutConfig:
         if self.worker_stall_timeout_s is not None and not self.worker_stall_timeout_s > 0:
             raise ConfigError(f"rollout.worker_stall_timeout_s={self.worker_stall_timeout_s} must be > 0 seconds "
                               "(e.g. 30), or null to never treat a live worker as hung")
+        if not (self.worker_start_timeout_s > 0 and math.isfinite(self.worker_start_timeout_s)):
+            raise ConfigError(f"rollout.worker_start_timeout_s={self.worker_start_timeout_s} must be a finite number > 0 "
+                              "seconds, e.g. 600")
         if self.logprob_check_min_tokens < 1:
             raise ConfigError(f"rollout.logprob_check_min_tokens={self.logprob_check_min_tokens} must be >= 1, e.g. 64")
 

@@ -226,7 +226,16 @@ def cmd_check(args) -> int:
     cfg = load_config(path, overrides)
     spec = args.tokenizer or (cfg.model.name if args.config else "tiny")
     try:
-        tokenizer = load_tokenizer(spec)
+        if spec == "tiny-qwen3" and not args.tokenizer and cfg.model.tiny.tokenizer == "task":
+            # What training will tokenize with: the vocabulary fitted to this task (the checks align masks
+            # and turn markers token by token, so they should see the tokenizer the run uses).
+            from echo2_sdk.registry import make_task
+            from echo2_sdk.task_tokenizer import fit_task_tokenizer
+
+            task = make_task(cfg.task.name, dict(cfg.task.options), seed=cfg.train.seed)
+            tokenizer = fit_task_tokenizer(task, vocab_size=cfg.model.tiny.task_vocab_size)
+        else:
+            tokenizer = load_tokenizer(spec)
     except ValueError as exc:
         print(f"echo2 check: {exc}", file=sys.stderr)
         return 2
@@ -250,7 +259,8 @@ def add_check_parser(sub) -> None:
                    help="override a config value, e.g. --set task.options.path=aime24.jsonl (repeatable)")
     p.add_argument("--tokenizer", metavar="NAME",
                    help="tokenizer to render prompts with: 'tiny' (default with --task) or a model name/path "
-                        "(default with --config: the config's model)")
+                        "(default with --config: the config's model, with its task-fitted vocabulary when "
+                        "model.tiny.tokenizer is task)")
     p.add_argument("--max-examples", type=int, default=8, help="examples whose reward and records are checked")
     p.add_argument("--episodes", type=int, default=4, help="multi-turn: episodes played through the adapter")
     p.set_defaults(func=cmd_check)

@@ -15,6 +15,10 @@ IM_START = "<|im_start|>"
 IM_END = "<|im_end|>"  # end of a chat turn; the model's eos
 # WordLevel needs an id for characters outside its vocabulary (non-ASCII text).
 UNK_TOKEN = "<unk>"
+SPECIALS = (PAD_TOKEN, IM_START, IM_END, UNK_TOKEN)
+"""The tiny tokenizers' special tokens, ids 0-3 in this order."""
+MODEL_MAX_LENGTH = 1024
+"""The tiny model's context (its max_position_embeddings); both tiny tokenizers declare it."""
 
 # Qwen's ChatML layout without the <think> handling: every message is
 # "<|im_start|>{role}\n{content}<|im_end|>\n"; the generation prompt opens an assistant turn.
@@ -35,9 +39,7 @@ def build_tiny_tokenizer():
     """
     # Imported here: `import echo2_sdk.tiny_tokenizer` stays cheap for code that only reads the markers.
     from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
-    specials = [PAD_TOKEN, IM_START, IM_END, UNK_TOKEN]
+    specials = list(SPECIALS)
     characters = sorted(set(string.printable) - set("\t\r\x0b\x0c"))  # printable ASCII + " " + "\n"
     vocab = {token: index for index, token in enumerate(specials + characters)}
     backend = Tokenizer(models.WordLevel(vocab=vocab, unk_token=UNK_TOKEN))
@@ -47,6 +49,14 @@ def build_tiny_tokenizer():
     backend.decoder = decoders.Fuse()
     # Registering the specials as added tokens makes "<|im_start|>" in text one id, not 12 chars.
     backend.add_special_tokens(specials)
+    return chatml_tokenizer(backend)
+
+
+def chatml_tokenizer(backend):
+    """Wrap a ``tokenizers.Tokenizer`` whose specials are ``SPECIALS`` (ids 0-3) as the tiny models'
+    ``PreTrainedTokenizerFast``: pad/eos/unk, left padding, the context length and the chat template."""
+    from transformers import PreTrainedTokenizerFast
+
     tokenizer = PreTrainedTokenizerFast(
         tokenizer_object=backend,
         pad_token=PAD_TOKEN,
@@ -54,7 +64,8 @@ def build_tiny_tokenizer():
         unk_token=UNK_TOKEN,
         additional_special_tokens=[IM_START],
         padding_side="left",
-        model_max_length=1024,
+        model_max_length=MODEL_MAX_LENGTH,
+        clean_up_tokenization_spaces=False,  # decoding must give back the exact text, spaces included
     )
     tokenizer.chat_template = QWEN_STYLE_CHAT_TEMPLATE
     return tokenizer

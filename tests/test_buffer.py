@@ -61,3 +61,20 @@ def test_drops_say_whether_on_arrival_or_evicted_and_groups_rebuild_the_take_ord
     buf.add(group("o3", 4), learner_version=5)
     assert buf.take(1, learner_version=6) is None and drops[-1] == ("o3", EVICTED)
     assert buf.stats.evicted_groups == 1 and buf.stats.dropped_stale_groups == 2
+
+
+def test_freshest_and_mixed_orders_take_the_newest_versions_and_leave_the_old_to_age_out():
+    import pytest
+
+    versions = [("o1", 3), ("n1", 5), ("m1", 4), ("n2", 5), ("o2", 3)]
+    fresh, mixed = ReplayBuffer(staleness=2, order="freshest"), ReplayBuffer(staleness=2, order="mixed")
+    for key, v in versions:
+        fresh.add(group(key, v), learner_version=5)
+        mixed.add(group(key, v), learner_version=5)
+    assert sorted(g.prompt_key for g in fresh.take(2, learner_version=5)) == ["n1", "n2"]
+    assert [g.prompt_key for g in fresh.groups()] == ["o1", "o2", "m1"]  # the heap still takes oldest next
+    assert fresh.take(1, learner_version=6) is not None and fresh.stats.evicted_groups == 2  # o1, o2 aged out
+    taken = [g.prompt_key for g in mixed.take(4, learner_version=5)]
+    assert taken[:2] == ["o1", "o2"] and sorted(taken[2:]) == ["n1", "n2"]  # half oldest, half freshest
+    with pytest.raises(ValueError, match="buffer order 'newest'"):
+        ReplayBuffer(staleness=2, order="newest")

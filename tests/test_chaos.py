@@ -1,5 +1,6 @@
 """Chaos: a 2-worker run whose workers are SIGKILLed and SIGSTOPped on a schedule and whose driver is
-SIGKILLed once and resumed finishes every step, within the staleness bound, with no process left over.
+SIGKILLed once and resumed finishes every step, within the staleness bound, with no process left over;
+with the pool scheduler on, a SIGSTOPped worker is declared lost and the run goes on.
 
 Runs ``benchmarks/chaos.py`` (``echo2 train`` in subprocesses; 2-4 min on two shared cores).
 """
@@ -56,4 +57,25 @@ def test_a_run_that_cannot_keep_any_worker_fails_with_one_line_and_a_summary(tmp
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["failed"]["step"] == r.steps_completed < plan.steps
     assert summary["failed"]["checkpoint"] is not None  # what it trained is saved: --resume continues it
+    assert r.orphans_after_end == []
+
+
+def test_with_the_pool_scheduler_a_stopped_worker_leaves_the_pool_and_the_run_goes_on(tmp_path):
+    chaos = _chaos()
+    plan = chaos.ChaosPlan(workers=3, steps=40, kill_every_s=0.0, stop_at_s=2.0, stop_for_s=60.0, driver_kill_step=None,
+                           checkpoint_every=0, stall_timeout_s=4.0, warm_start_epochs=1, eval_examples=5,
+                           staleness=3, timeout_s=300.0, extra_sets=(
+        "scheduler.enabled=true", "scheduler.learner_gpus=0",  # priors low: the initial plan rents all three
+        "rollout.workers=[{name: a, rollouts_per_s: 20, usd_per_hour: 0.1}, {name: b, rollouts_per_s: 20, "
+        "usd_per_hour: 0.2}, {name: c, rollouts_per_s: 20, usd_per_hour: 0.3}]"))
+    r = chaos.run(plan, tmp_path / "run", log=print)
+    assert r.exit_codes == [0], f"exit codes {r.exit_codes}; see {tmp_path / 'run.chaos.log'}"
+    assert r.worker_stops == 1 and r.steps_completed == plan.steps
+    # Declared hung by the scheduler (a live actor that finishes nothing), not waited for: the run ends
+    # long before the stopped worker would be continued (60 s).
+    assert r.pool_left_hung == 1, "the stopped worker was never declared hung"
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert len(summary["pool"]["workers_lost"]) == 1
+    assert r.staleness_max is not None and r.staleness_max <= plan.staleness
+    assert r.accounting is not None and r.accounting["balanced"], r.accounting
     assert r.orphans_after_end == []

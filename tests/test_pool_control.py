@@ -31,7 +31,7 @@ class FakePool:
 
     slots: list
     calls: list = field(default_factory=list)
-    hung: set = field(default_factory=set)
+    stuck: set = field(default_factory=set)
     stall_timeouts: list = field(default_factory=list)
 
     def _slot(self, name):
@@ -54,11 +54,18 @@ class FakePool:
         return "out"
 
     def alive_names(self, stall_timeout_s=None):
-        """Like RolloutPool: ``hung`` workers (work queued, nothing finished) count as silent when
+        """Like RolloutPool: ``stuck`` workers (work queued, nothing finished) count as silent when
         the caller gives a stall timeout."""
+        hung = {s.name for s in self.hung(stall_timeout_s)}
+        return [s.name for s in self.slots if not s.dead and not s.lost and s.name not in hung]
+
+    def hung(self, stall_timeout_s, now=None):
         self.stall_timeouts.append(stall_timeout_s)
-        return [s.name for s in self.slots if not s.dead and not s.lost
-                and not (stall_timeout_s is not None and s.name in self.hung)]
+        return [s for s in self.slots if self.why_hung(s, stall_timeout_s, now)]
+
+    def why_hung(self, slot, stall_timeout_s, now):
+        stuck = stall_timeout_s is not None and slot.name in self.stuck and not slot.dead and not slot.lost
+        return f"no request finished for over {stall_timeout_s:g} s" if stuck else ""
 
 
 # κ = 2, R = 16, T_train prior 1 s, T_bcast 0 → μ_min = 2·16/(2·1) = 16/s; γ = 1.25 → μ_target = 20/s
@@ -130,7 +137,7 @@ def test_a_hung_worker_leaves_at_once_and_is_replaced(tmp_path):
     ctl, pool = controller(tmp_path)
     ctl.start(0.0)
     assert ctl.tick(1.0) == [] and ctl.tick(2.0) == []
-    pool.hung.add("mid")  # its actor lives (a stopped process), but nothing it was given comes back
+    pool.stuck.add("mid")  # its actor lives (a stopped process), but nothing it was given comes back
     out = ctl.tick(3.0)
     # Declared at the first round it reads hung, not one heartbeat deadline later: a stopped process
     # never misses a heartbeat, and waiting for the deadline on top let a 60 s stop pass unnoticed.

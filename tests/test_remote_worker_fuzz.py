@@ -5,7 +5,6 @@ authentication, and every refused connection is counted; seeded random frames ne
 import json
 import random
 import socket
-import struct
 import threading
 import time
 

@@ -19,6 +19,8 @@ class FakePool:
 
     slot = RolloutPool.slot
     hung = RolloutPool.hung
+    why_hung = RolloutPool.why_hung
+    start_timeout_s = 600.0
     exhausted = RolloutPool.exhausted
 
     def retire(self, name):
@@ -117,3 +119,32 @@ def test_a_worker_taken_out_of_the_pool_is_not_restarted():
     pool.slots[0].lost, pool.slots[0].dead = True, True  # e.g. evicted by the reward audit
     sup, _ = supervisor(pool)
     assert sup.check(now=5.0) == [] and pool.restarted == []
+
+
+def test_a_worker_that_hangs_while_starting_is_killed_and_restarted_and_counts_as_a_failed_try():
+    pool = pool_of("a", "b")
+    pool.start_timeout_s = 20.0
+    a = pool.slots[0]
+    a.ready, a.active_since = False, 0.0  # launched at t = 0, never up (e.g. stopped while loading)
+    sup, logs = supervisor(pool, restarts=1)
+    sup.check(now=19.0)
+    assert not a.dead  # still within its start timeout
+    sup.check(now=21.0)
+    assert a.dead and sup.summary()["hung"] == 1
+    assert any("not up 21 s after its launch" in line for line in logs)
+    assert sup.check(now=22.0) == ["a"]
+    a.ready, a.active_since = False, 22.0  # the restart hangs too: hung again, then given up (1 try)
+    sup.check(now=43.0)
+    assert a.dead and sup.summary()["given_up"] == ["a"]
+
+
+def test_a_worker_the_pool_stopped_waiting_for_is_hung_and_restarted():
+    pool = pool_of("late", "ok")
+    late = pool.slots[0]
+    late.overdue = "had not installed a snapshot 30 s after its peers"
+    assert not RolloutPool.accepts_work(pool, late)  # no work is sent to it meanwhile
+    sup, logs = supervisor(pool)
+    sup.check(now=1.0)
+    assert late.dead and not pool.slots[1].dead
+    assert any("30 s after its peers" in line for line in logs)
+    assert sup.check(now=2.0) == ["late"]

@@ -48,12 +48,14 @@ class AdmissionGate:
     """Checks what workers return and fills the replay buffer the learner draws from (``buffer``)."""
 
     def __init__(self, *, staleness: int, limits: RecordLimits, audit: RewardCheck,
-                 counters: AdmissionCounters | None = None, prompt_ids: PromptIds | None = None) -> None:
+                 counters: AdmissionCounters | None = None, prompt_ids: PromptIds | None = None,
+                 buffer_order: str = "oldest") -> None:
         """``counters``: those of a checkpoint when resuming (a fresh run starts at zero);
-        ``prompt_ids``: the learner's prompt ids of an asked example (``request.PromptRenderer``)."""
+        ``prompt_ids``: the learner's prompt ids of an asked example (``request.PromptRenderer``);
+        ``buffer_order``: which admissible groups the learner takes first (``buffer.ORDERS``)."""
         self.limits, self.audit, self.prompt_ids = limits, audit, prompt_ids
         self.counters = counters if counters is not None else AdmissionCounters()
-        self.buffer = ReplayBuffer(staleness, on_drop=self._count_stale)
+        self.buffer = ReplayBuffer(staleness, on_drop=self._count_stale, order=buffer_order)
 
     def admit(self, worker: str, result: GenerationResult, *, newest_version: int, learner_version: int,
               request: SentRequest | None = None) -> Admission:

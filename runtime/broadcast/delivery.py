@@ -48,6 +48,9 @@ class DeliveryTracker:
         self.q = 1.0 / gamma
         self.timeout_s = timeout_s
         self.pending: list[_Delivery] = []
+        self.holds: dict[str, int] = {}
+        """Newest version each worker is known to have installed, updated on every poll (before its
+        delivery settles: admission control reads it to know which version a worker generates under)."""
 
     def published(self, version: int, step: int, handles: Sequence[Any], names: Sequence[str]) -> None:
         self.pending.append(_Delivery(version, step, list(names), list(handles)))
@@ -104,6 +107,8 @@ class DeliveryTracker:
             d.last_report = report
             installed, failed, live = report["installed_s"], report["failed"], report["live"] or d.names
             settled = report["settled"]
+        for name in installed:
+            self.holds[name] = max(self.holds.get(name, 0), d.version)
         timed_out = time.perf_counter() - d.t0 > self.timeout_s
         if not (settled or timed_out):
             return None

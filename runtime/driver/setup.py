@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import random
 import time
@@ -60,11 +59,16 @@ def prepare_base_model(
     prompts (``train``) and the held-out prompts (``eval``). A resumed run reuses its warm start.
     """
     if cfg.model.name == TINY:
-        from echo2_sdk.runtime.models.modeling import ensure_tiny_qwen3
+        from echo2_sdk.runtime.models.modeling import ensure_tiny_from_config
 
-        path = ensure_tiny_qwen3(**dataclasses.asdict(cfg.model.tiny))
+        t0 = time.perf_counter()
+        path = ensure_tiny_from_config(cfg.model.tiny, adapter)
+        if cfg.model.tiny.tokenizer == "task":
+            log(f"tokenizer: fitted to task {cfg.task.name!r} in {time.perf_counter() - t0:.1f}s -> {path}")
     else:
         path = cfg.model.name
+        if cfg.model.tiny.tokenizer == "task":
+            log(f"model.tiny.tokenizer=task ignored: {cfg.model.name!r} keeps its own tokenizer")
     ws = cfg.model.warm_start
     if not ws.enabled:
         return path

@@ -28,10 +28,13 @@ from echo2_sdk.runtime.admission.request import PromptRenderer
 from echo2_sdk.runtime.driver import setup
 from echo2_sdk.runtime.learning.batching import collate
 from echo2_sdk.runtime.driver.data import PromptStream
+from echo2_sdk.runtime.driver.dispatch import Dispatcher
+from echo2_sdk.runtime.admission.dispatch import DispatchControl
 from echo2_sdk.runtime.driver.evaluation import format_eval
 from echo2_sdk.runtime.broadcast.delivery import DeliveryTracker, delivery_summary
 from echo2_sdk.runtime.driver.metrics import RunStats, progress_line, summarize
 from echo2_sdk.runtime.rollout.pool import RolloutPool
+from echo2_sdk.runtime.rollout.install_wait import wait_installed
 from echo2_sdk.runtime.rollout.supervisor import WorkerSupervisor, WorkersExhausted
 from echo2_sdk.runtime.planning.control import PoolController
 from echo2_sdk.runtime.driver.resume import load_newest, verified_checkpoints
@@ -111,6 +114,7 @@ class Trainer:
             model_files=model_files,
             transport=setup.build_transport(cfg, ray_address),
             lazy=cfg.scheduler.enabled,  # the pool scheduler starts the workers it activates
+            start_timeout_s=r.worker_start_timeout_s,
         )
         self.controller = (PoolController.from_config(cfg, self.pool, self.run.path, kappa=self.kappa, log=log)
                            if cfg.scheduler.enabled else None)
@@ -131,14 +135,18 @@ class Trainer:
         self.audit = setup.reward_audit(cfg, self.adapter, self.tokenizer, specs, log)
         self.gate = AdmissionGate(staleness=self.staleness, limits=setup.record_limits(cfg, self.adapter, self.tokenizer),
                                   audit=self.audit, counters=counters,
-                                  prompt_ids=PromptRenderer(self.adapter, self.tokenizer))
+                                  prompt_ids=PromptRenderer(self.adapter, self.tokenizer),
+                                  buffer_order=cfg.runtime.buffer_order)
         self.buffer = self.gate.buffer  # what the gate admitted, drawn from by the learner
+        self.dispatch = Dispatcher(self.pool, self.stream, self.buffer, DispatchControl(
+            self.staleness, cfg.train.prompts_per_step, enabled=cfg.runtime.admission_control and not self.sync),
+            r.prompts_per_request)
         self.ledger = RunLedger(self.gate, self.pool, self.controller)  # the per-worker sample ledger (admission.accounting)
         if resume:  # the checkpoint's buffered groups, checked again (run_state.py says why not regenerated)
             self.ledger.restore(extra, self.learner.version, log)
         self.t_start = time.perf_counter()
         if self.learner.version > 0:  # resumed: workers start from the restored weights
-            self.pool.wait_installed(self._publish(), self.cfg.broadcast.receive_timeout_s, self.log)
+            self._wait_installed(self._publish())
 
     # ------------------------------------------------------------------------------------------
     def fit(self) -> dict[str, Any]:
@@ -220,6 +228,7 @@ class Trainer:
             "refused": self.pool.transport.refusals(),
         }
         summary["accounting"] = self.ledger.summary(self.pool.in_flight_at_shutdown)
+        summary["dispatch"] = self.dispatch.control.summary(time.perf_counter())
         summary["sampler_agreement"] = self.agreement.summary()
         summary["reward_audit"] = self.audit.summary()
         summary["reward_failures"] = self.reward_failures.summary()
@@ -241,10 +250,6 @@ class Trainer:
         return summary
 
     # ------------------------------------------------------------------------------------------
-    def _fill(self, slot) -> None:
-        while self.pool.accepts_work(slot) and len(slot.inflight) < self.pool.queue_depth:
-            self.pool.submit(slot, self.stream.take(self.cfg.rollout.prompts_per_request))
-
     def _ingest(self, results) -> None:
         for finished in results:
             slot, result = finished.slot, finished.result
@@ -259,6 +264,7 @@ class Trainer:
             self.reward_failures.note(f"worker {slot.name}", result.reward_status, result.reward_detail, self.step)
             if self.controller is not None:  # μ_i = rollouts per generating second (throttle included)
                 self.controller.on_result(slot.name, result.num_rollouts, result.t_generate_s + result.t_throttle_s)
+            self.dispatch.on_reply(slot, result.t_generate_s + result.t_throttle_s)  # scoring overlaps the next
             admitted = self.gate.admit(slot.name, result, newest_version=self.published,
                                        learner_version=self.learner.version, request=finished.request)
             self.stats.on_result(slot.name, result.installed, admitted.arrived_versions,
@@ -267,8 +273,7 @@ class Trainer:
             self.log(f"reward audit: evicting worker {name} from the pool: {self.pool.mark_lost(name)}")
 
     def _run_async(self) -> None:
-        for slot in self.pool.slots:
-            self._fill(slot)
+        self.dispatch.fill_all(self.learner.version)
         while self.step < self.cfg.train.steps and not self.stop.requested:
             self._collect(0.0)
             groups = self.buffer.take(self.cfg.train.prompts_per_step, self.learner.version)
@@ -280,20 +285,16 @@ class Trainer:
             self._train(groups)
             if self.learner.version % self.kappa == 0:
                 self._publish()
+            self.dispatch.fill_all(self.learner.version)  # a step freed P places in the queue
 
     def _run_sync(self) -> None:
         P = self.cfg.train.prompts_per_step
         while self.step < self.cfg.train.steps and not self.stop.requested:
             t0 = time.perf_counter()
             while self.buffer.num_admissible(self.learner.version) < P and not self.stop.requested:
-                missing = P - len(self.buffer)
-                live = [s for s in self.pool.live_slots if self.pool.accepts_work(s)]
-                if not live:  # every worker down: wait for a restart (or WorkersExhausted)
+                if not self.dispatch.fill_sync(P - len(self.buffer)):  # every worker down: wait for a restart
                     self._collect(0.5)
                     continue
-                for i in range(0, missing, self.cfg.rollout.prompts_per_request):
-                    slot = live[(i // self.cfg.rollout.prompts_per_request) % len(live)]
-                    self.pool.submit(slot, self.stream.take(min(self.cfg.rollout.prompts_per_request, missing - i)))
                 while self.pool.pending() and not self.stop.requested:
                     self._collect(0.5)
             self.stats.on_idle(time.perf_counter() - t0)
@@ -301,8 +302,13 @@ class Trainer:
                 break
             self._train(self.buffer.take(P, self.learner.version))
             t1 = time.perf_counter()
-            self.pool.wait_installed(self._publish(), self.cfg.broadcast.receive_timeout_s, self.log)
+            self._wait_installed(self._publish())
             self.stats.on_idle(time.perf_counter() - t1)
+
+    def _wait_installed(self, handles: list) -> None:
+        """Sync mode and resume: wait for the installs, but not for a worker far behind its peers (hung)."""
+        wait_installed(self.pool, handles, self.cfg.broadcast.receive_timeout_s, self.log,
+                       laggard_s=self.cfg.rollout.worker_stall_timeout_s)
 
     def _publish(self) -> list:
         """Start delivering the current weights; the learner does not wait (except in sync mode)."""
@@ -331,20 +337,16 @@ class Trainer:
 
     def _collect(self, timeout_s: float) -> None:
         self._delivered(self.deliveries.poll())
+        self.dispatch.on_installs(self.deliveries.holds)
         results = self.pool.collect(timeout_s)
         self._ingest(results)
-        if not self.sync:
-            for finished in results:
-                self._fill(finished.slot)
-        if self.controller is not None:  # heartbeat round when due; newly started workers get work
+        if self.controller is not None:  # heartbeat round when due
             self.controller.tick(time.perf_counter())
-            for slot in self.pool.slots:
-                self._fill(slot)
         elif self.supervisor is not None:  # dead and hung workers restart (or the run fails: none can)
-            self.supervisor.check()
-            if not self.sync:  # a restarted worker gets work once it installed the latest snapshot
-                for slot in self.pool.slots:
-                    self._fill(slot)
+            for name in self.supervisor.check():
+                self.dispatch.on_restart(name)
+        if not self.sync:  # finished, newly started and restarted workers get work (if admission allows)
+            self.dispatch.fill_all(self.learner.version)
 
     def _train(self, groups: list[RolloutGroup]) -> None:
         v_t = self.learner.version

@@ -1,8 +1,9 @@
 """Replay buffer of rollout groups with bounded staleness.
 
 A group generated under version v is admissible while the learner is at version v_t iff
-v ≥ v_t − S. The learner takes the oldest admissible groups first (lowest version, then arrival
-order), so no admissible group ages out while younger ones are trained on. Groups that fall below
+v ≥ v_t − S. By default the learner takes the oldest admissible groups first (lowest version, then
+arrival order), so no admissible group ages out while younger ones are trained on; ``order`` may take
+the freshest first instead (lower staleness, more groups age out) or half of each. Groups that fall below
 the bound are dropped and counted, never trained on: on arrival (``ON_ARRIVAL``, never admitted) or
 later, once the learner has moved on (``EVICTED``, admitted and then dropped).
 """
@@ -20,6 +21,10 @@ ON_ARRIVAL = "on_arrival"
 """A group too old for the learner when it arrived: never admitted."""
 EVICTED = "evicted"
 """An admitted group that fell below the bound in the buffer before it was trained on."""
+
+
+ORDERS = ("oldest", "freshest", "mixed")
+"""Buffer orders (``runtime.buffer_order``): which admissible groups a learner step takes."""
 
 
 def is_admissible(version: int, learner_version: int, staleness: int) -> bool:
@@ -41,12 +46,16 @@ class BufferStats:
 class ReplayBuffer:
     """Groups waiting to be trained on. Not thread-safe: owned by the learner's driver loop."""
 
-    def __init__(self, staleness: int, on_drop: Callable[[RolloutGroup, str], None] | None = None) -> None:
+    def __init__(self, staleness: int, on_drop: Callable[[RolloutGroup, str], None] | None = None,
+                 order: str = "oldest") -> None:
         """``on_drop(group, kind)`` is called with every group dropped as stale, ``kind`` being
-        ``ON_ARRIVAL`` or ``EVICTED``."""
+        ``ON_ARRIVAL`` or ``EVICTED``. ``order``: one of ``ORDERS`` (which groups :meth:`take` hands out)."""
         if staleness < 0:
             raise ValueError(f"staleness S must be ≥ 0, got {staleness}")
+        if order not in ORDERS:
+            raise ValueError(f"buffer order {order!r} is not one of {', '.join(ORDERS)}")
         self.staleness = staleness
+        self.order = order
         self.on_drop = on_drop
         self._heap: list[tuple[int, int, RolloutGroup]] = []
         self._arrival = itertools.count()
@@ -86,7 +95,13 @@ class ReplayBuffer:
         self.evict_stale(learner_version)
         if len(self._heap) < count:
             return None
-        groups = [heapq.heappop(self._heap)[2] for _ in range(count)]
+        freshest = {"oldest": 0, "freshest": count, "mixed": count // 2}[self.order]
+        chosen = heapq.nlargest(freshest, self._heap) if freshest else []
+        if chosen:
+            taken = {id(entry) for entry in chosen}
+            self._heap = [entry for entry in self._heap if id(entry) not in taken]
+            heapq.heapify(self._heap)
+        groups = [heapq.heappop(self._heap)[2] for _ in range(count - freshest)] + [entry[2] for entry in chosen]
         self.stats.taken_groups += count
         return groups
 

@@ -2,8 +2,10 @@
 
 `load_policy("tiny-qwen3")` builds (once, cached on disk) a randomly initialised ~1M-parameter
 Qwen3 with a character-level tokenizer and a Qwen-style chat template, so the whole pipeline runs
-offline on a laptop CPU. Any other name goes through `AutoModelForCausalLM.from_pretrained`, so
-`load_policy("Qwen/Qwen3-4B", dtype="bfloat16", device="cuda")` runs the same code on a GPU box.
+offline on a laptop CPU; `ensure_tiny_from_config` builds it with a tokenizer fitted to the task
+instead when `model.tiny.tokenizer` is `task`. Any other name goes through
+`AutoModelForCausalLM.from_pretrained`, so `load_policy("Qwen/Qwen3-4B", dtype="bfloat16",
+device="cuda")` runs the same code on a GPU box.
 """
 
 from __future__ import annotations
@@ -27,17 +29,20 @@ from transformers import (
 from echo2_sdk.tiny_tokenizer import (  # noqa: F401
     IM_END,
     IM_START,
+    MODEL_MAX_LENGTH,
     PAD_TOKEN,
     QWEN_STYLE_CHAT_TEMPLATE,
     UNK_TOKEN,
     build_tiny_tokenizer,
 )
+from echo2_sdk.task_tokenizer import fit_task_tokenizer, tokenizer_fingerprint
 
 TINY_MODEL_NAME = "tiny-qwen3"
 DEFAULT_TINY_SIZE = dict(
     hidden_size=128, num_layers=4, num_heads=4, num_kv_heads=2, intermediate_size=512, seed=0
 )
-# Bump when the tokenizer or model recipe changes so stale cache folders are not reused.
+# Bump when the model recipe (or what is saved with it) changes so stale cache folders are not reused.
+# The tokenizer needs no bump: the folder name carries its fingerprint (tokenizer_fingerprint).
 _TINY_RECIPE_VERSION = 1
 
 _DTYPES = {
@@ -76,7 +81,7 @@ def build_tiny_model(
         num_attention_heads=num_heads,
         num_key_value_heads=num_kv_heads,
         head_dim=hidden_size // num_heads,
-        max_position_embeddings=1024,
+        max_position_embeddings=MODEL_MAX_LENGTH,
         tie_word_embeddings=True,
         # Like Qwen: no BOS is prepended; <|endoftext|> doubles as bos for configs that need one.
         pad_token_id=pad_id,
@@ -97,12 +102,15 @@ def _default_cache_dir() -> Path:
     return Path(os.environ.get("ECHO2_CACHE") or Path.home() / ".cache" / "echo2")
 
 
-def ensure_tiny_qwen3(cache_dir: str | None = None, **size) -> str:
+def ensure_tiny_qwen3(cache_dir: str | None = None, *, tokenizer: PreTrainedTokenizerFast | None = None,
+                      **size) -> str:
     """Build the tiny model + tokenizer once and return the folder they are saved in.
 
-    `size` takes the keyword arguments of `build_tiny_model` (hidden_size, num_layers, num_heads,
-    num_kv_heads, intermediate_size, seed). Safe against concurrent callers: each writes into its
-    own temporary folder and renames it into place; a loser of the race discards its copy.
+    `tokenizer` defaults to the char-level one (`build_tiny_tokenizer`); the folder name carries its
+    fingerprint, so models of different vocabularies never share a folder. `size` takes the keyword
+    arguments of `build_tiny_model` (hidden_size, num_layers, num_heads, num_kv_heads,
+    intermediate_size, seed). Safe against concurrent callers: each writes into its own temporary
+    folder and renames it into place; a loser of the race discards its copy.
     """
     unknown = set(size) - set(DEFAULT_TINY_SIZE)
     if unknown:
@@ -111,11 +119,12 @@ def ensure_tiny_qwen3(cache_dir: str | None = None, **size) -> str:
             f"allowed: {sorted(DEFAULT_TINY_SIZE)}"
         )
     params = {**DEFAULT_TINY_SIZE, **size}
+    tokenizer = tokenizer if tokenizer is not None else build_tiny_tokenizer()
     root = Path(cache_dir) if cache_dir else _default_cache_dir()
     folder_name = (
         f"tiny-qwen3-v{_TINY_RECIPE_VERSION}-h{params['hidden_size']}-l{params['num_layers']}"
         f"-a{params['num_heads']}-kv{params['num_kv_heads']}-i{params['intermediate_size']}"
-        f"-s{params['seed']}"
+        f"-s{params['seed']}-t{tokenizer_fingerprint(tokenizer)}"
     )
     final = root / folder_name
     if (final / "config.json").exists():
@@ -123,7 +132,6 @@ def ensure_tiny_qwen3(cache_dir: str | None = None, **size) -> str:
     root.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{folder_name}.", dir=root))
     try:
-        tokenizer = build_tiny_tokenizer()
         model = build_tiny_model(tokenizer, **params)
         model.save_pretrained(staging)
         tokenizer.save_pretrained(staging)
@@ -136,6 +144,23 @@ def ensure_tiny_qwen3(cache_dir: str | None = None, **size) -> str:
         if staging.exists():
             shutil.rmtree(staging, ignore_errors=True)
     return str(final)
+
+
+def ensure_tiny_from_config(tiny, task=None, cache_dir: str | None = None) -> str:
+    """Folder of the tiny model that `tiny` (an `echo2_sdk.config.TinyModelConfig`) describes.
+
+    With `tiny.tokenizer == "task"` its tokenizer is fitted to `task` (a task adapter, whose
+    `tokenizer_corpus()` it reads; under a second for poker or moba), and the folder is keyed by that
+    tokenizer's fingerprint: a changed corpus, vocabulary size or recipe builds a new model.
+    """
+    size = {name: getattr(tiny, name) for name in DEFAULT_TINY_SIZE if hasattr(tiny, name)}
+    tokenizer = None
+    if tiny.tokenizer == "task":
+        if task is None:
+            raise ValueError("model.tiny.tokenizer=task fits the tokenizer to the task, but no task adapter was "
+                             "given to ensure_tiny_from_config")
+        tokenizer = fit_task_tokenizer(task, vocab_size=tiny.task_vocab_size)
+    return ensure_tiny_qwen3(cache_dir, tokenizer=tokenizer, **size)
 
 
 def resolve_dtype(dtype: str | torch.dtype) -> torch.dtype:

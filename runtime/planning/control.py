@@ -25,6 +25,7 @@ Cost = Σ_g p_g · GPU-hours_g over the learner's GPUs and the rented (active, n
 from __future__ import annotations
 
 import json
+import time
 from collections import Counter
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
@@ -152,10 +153,11 @@ class PoolController:
         # A worker that delivers nothing for the stall timeout while it has work is hung (a stopped
         # process keeps its actor alive, so it would never miss a heartbeat): it leaves the pool now —
         # waiting for a heartbeat deadline on top let a 60 s stop pass unnoticed — and is replaced.
-        alive = list(self.pool.alive_names(stall_timeout_s=self.stall_timeout_s))
-        hung = [n for n in self.pool.alive_names() if n not in alive and self.scheduler.is_alive(n)]
-        left = [d for n in hung for d in self.scheduler.leave(
-            n, now, f"hung: work queued, nothing finished for over {self.stall_timeout_s:g} s")]
+        clock = time.perf_counter()
+        hung = {s.name: self.pool.why_hung(s, self.stall_timeout_s, clock) for s in self.pool.hung(self.stall_timeout_s, clock)}
+        alive = [n for n in self.pool.alive_names() if n not in hung]
+        left = [d for n, why in hung.items() if self.scheduler.is_alive(n)
+                for d in self.scheduler.leave(n, now, f"hung: {why}")]
         return self._apply(now, left + heartbeat_round(self.scheduler, self.meter, alive, now))
 
     # ------------------------------------------------------------------ applying decisions

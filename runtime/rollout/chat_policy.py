@@ -28,13 +28,15 @@ def _run_base_model(run: Path) -> str:
     if (run / "base_model" / "config.json").exists():
         return str(run / "base_model")
     from echo2_sdk.config import load_config
-    from echo2_sdk.runtime.models.modeling import TINY_MODEL_NAME, ensure_tiny_qwen3
+    from echo2_sdk.registry import make_task
+    from echo2_sdk.runtime.models.modeling import TINY_MODEL_NAME, ensure_tiny_from_config
 
     cfg = load_config(str(run / "config.yaml"), [])
     if cfg.model.name == TINY_MODEL_NAME:
-        import dataclasses
-
-        return ensure_tiny_qwen3(**dataclasses.asdict(cfg.model.tiny))
+        # The run's own task: a task-fitted tokenizer is rebuilt from it (the same corpus, the same folder).
+        fitted = cfg.model.tiny.tokenizer == "task"
+        task = make_task(cfg.task.name, cfg.task.options, seed=cfg.train.seed) if fitted else None
+        return ensure_tiny_from_config(cfg.model.tiny, task)
     return cfg.model.name
 
 

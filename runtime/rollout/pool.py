@@ -26,6 +26,9 @@ __all__ = ["Finished", "RolloutPool", "WorkerSlot"]
 
 
 class RolloutPool:
+    start_timeout_s: float = 600.0
+    """Seconds a worker may take from its launch until it is up before it counts as hung."""
+
     def __init__(
         self,
         specs: Sequence[WorkerSpec],
@@ -37,17 +40,19 @@ class RolloutPool:
         resources: dict[str, float] | None = None,
         model_files: Any = None,
         lazy: bool = False,
+        start_timeout_s: float = 600.0,
     ) -> None:
         """``settings``: what every worker starts with; each gets its own seed and its spec's throughput cap.
         ``lazy``: start no actor yet; :meth:`activate` starts them (the pool scheduler decides which).
         ``resources``: Ray custom resources every worker actor requests (a spec's own ``resources`` add
         to them and win on shared keys), e.g. ``{"rollout": 1}`` to keep workers on rollout nodes.
         ``model_files``: the base model folder packed by ``model_files.pack`` for Ray workers on nodes
-        that lack it."""
+        that lack it. ``start_timeout_s``: a worker not up this long after its launch is hung (:meth:`hung`)."""
         # Several control threads: a P2P receive blocks one until its version is in, and must not hold
         # up a direct install or the shutdown call behind it.
         self._remote_cls = ray.remote(concurrency_groups={CONTROL: 4})(RolloutWorker)
         self._settings, self._gpus_per_worker = settings, gpus_per_worker
+        self.start_timeout_s = start_timeout_s
         self._resources = dict(resources or {})
         self._model_files = model_files
         self._remote_proxy_cls: Any = None
@@ -55,6 +60,8 @@ class RolloutPool:
         self.latest: tuple[dict, int] | None = None
         """The latest (state_dict, version) published through the pool: installed on every activation."""
         self._latest_ref: Any = None
+        self.last_publish_names: list[str] = []
+        """Workers the last :meth:`publish` handed the snapshot to, in the order of its handles."""
         self.transport = transport or ObjectStoreTransport()
         self.queue_depth = queue_depth
         self.slots: list[WorkerSlot] = []
@@ -71,14 +78,20 @@ class RolloutPool:
         self.abandoned: list[tuple[str, SentRequest]] = []
         """(worker, request) of every generate call dropped unanswered because its worker was stopped; the
         driver takes them (:meth:`take_abandoned`) and counts their samples as lost in flight."""
-        if not lazy:  # wait until every worker is up; one that dies while starting is dead, not a crash
+        if not lazy:  # wait until every worker is up; one that dies or hangs while starting is dead, not a crash
             pings = [s.actor.ping.options(concurrency_group=CONTROL).remote() for s in self.slots]
+            ray.wait(pings, num_returns=len(pings), timeout=start_timeout_s)
             for slot, ping in zip(self.slots, pings):
                 try:
-                    ray.get(ping)
+                    ray.get(ping, timeout=0)
                     slot.last_progress = time.perf_counter()
-                except ray.exceptions.RayActorError:
+                except Exception:  # died, or not up within start_timeout_s (killed: a restart starts afresh)
                     slot.errors += 1
+                    if slot.actor is not None:
+                        try:
+                            ray.kill(slot.actor)
+                        except Exception:
+                            pass
                     slot.dead = True
 
     def _start(self, slot: WorkerSlot) -> None:
@@ -95,6 +108,7 @@ class RolloutPool:
                 slot.name, settings, model_files=self._model_files)
         slot.starts += 1
         slot.active_since = time.perf_counter()
+        slot.overdue = ""
 
     def _start_remote(self, slot: WorkerSlot, settings: WorkerSettings) -> Any:
         """A proxy actor pinned to this (the learner's) node speaks to the remote worker: the remote
@@ -130,18 +144,33 @@ class RolloutPool:
         return [s.name for s in self.slots if not s.dead and not s.lost and s.name not in hung]
 
     def hung(self, stall_timeout_s: float | None, now: float | None = None) -> list[WorkerSlot]:
-        """Running workers with work queued that finished nothing for ``stall_timeout_s`` — or for 5× their
-        slowest request, if longer, so that a slow model is not taken for a hung one. A stopped process
-        keeps its Ray actor alive, so only missing progress shows it."""
-        if stall_timeout_s is None:
-            return []
+        """Running or starting workers that make no progress (:meth:`why_hung` says how). A stopped
+        process keeps its Ray actor alive, so only missing progress shows it."""
         now = time.perf_counter() if now is None else now
-        return [s for s in self.slots
-                if s.active and s.ready and not s.dead and not s.lost and s.inflight and s.last_progress is not None
-                and now - s.last_progress > max(stall_timeout_s, 5.0 * s.slowest_request_s)]
+        return [s for s in self.slots if self.why_hung(s, stall_timeout_s, now)]
+
+    def why_hung(self, slot: WorkerSlot, stall_timeout_s: float | None, now: float) -> str:
+        """Why ``slot`` counts as hung ("" if it does not): the pool stopped waiting for it (``overdue``);
+        starting for over ``start_timeout_s``; or work queued and nothing finished for ``stall_timeout_s``
+        (None: never) — or for 5× its slowest request, if longer, so a slow model is not taken for a hung one."""
+        if not slot.active or slot.dead or slot.lost or slot.actor is None:
+            return ""
+        if slot.overdue:
+            return slot.overdue
+        if not slot.ready:
+            up_s = now - slot.active_since if slot.active_since is not None else 0.0
+            return (f"not up {up_s:.0f} s after its launch (rollout.worker_start_timeout_s={self.start_timeout_s:g})"
+                    if up_s > self.start_timeout_s else "")
+        if stall_timeout_s is None or not slot.inflight or slot.last_progress is None:
+            return ""
+        quiet_s = now - slot.last_progress
+        if quiet_s > max(stall_timeout_s, 5.0 * slot.slowest_request_s):
+            return f"no request finished for {quiet_s:.0f} s with {len(slot.inflight)} queued"
+        return ""
 
     def accepts_work(self, slot: WorkerSlot) -> bool:
-        return slot.active and slot.ready and not slot.dead and not slot.lost and slot.actor is not None
+        return (slot.active and slot.ready and not slot.dead and not slot.lost and slot.actor is not None
+                and not slot.overdue)
 
     def activate(self, name: str) -> str:
         """Start worker ``name`` (if not running) with the latest published snapshot; returns what was done.
@@ -160,6 +189,7 @@ class RolloutPool:
             if self._latest_ref is None:
                 self._latest_ref = ray.put(self.latest[0])
             ref = slot.actor.install.options(concurrency_group=CONTROL).remote(self._latest_ref, self.latest[1])
+            slot.version = max(slot.version, self.latest[1])  # what it generates under once ready (work waits)
             what = f"started actor, installing v{self.latest[1]}"
         else:
             ref = slot.actor.ping.options(concurrency_group=CONTROL).remote()
@@ -322,14 +352,6 @@ class RolloutPool:
     def released_names(self) -> set[str]:
         """Workers the scheduler released (a lost — hung, evicted — or dead one is not: it did fail)."""
         return {s.name for s in self.slots if not s.active and not s.lost and not s.dead}
-
-    def wait_installed(self, handles: list, timeout_s: float, log) -> None:
-        """Sync mode and resume: block until every live worker installed (a failed install is logged)."""
-        for ref in handles:
-            try:
-                ray.get(ref, timeout=timeout_s)
-            except Exception as exc:
-                log(f"snapshot install failed on a worker ({type(exc).__name__}: {str(exc)[:200]})")
 
     def worker_report(self) -> list[dict]:
         return [report_row(s) for s in self.slots]

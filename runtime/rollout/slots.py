@@ -47,6 +47,9 @@ class WorkerSlot:
     """Ray node id its latest result came from (learned from results; empty before the first)."""
     slowest_request_s: float = 0.0
     """Longest generate + reward + throttle time of a request it finished (how slow "normal" is for it)."""
+    overdue: str = ""
+    """Why the pool stopped waiting for it (e.g. a sync-mode install long after its peers'); non-empty
+    makes it hung (:meth:`RolloutPool.hung`). Cleared when a fresh actor starts."""
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,8 @@
 
 A worker is *down* when its actor died (a failed request or start says so) or when it is hung: work
 queued and nothing finished for ``rollout.worker_stall_timeout_s`` (a SIGSTOPped process keeps its Ray
-actor alive, so only missing progress shows it); a hung worker's actor is killed first. A down worker
+actor alive, so only missing progress shows it), not up ``rollout.worker_start_timeout_s`` after its
+launch, or (sync mode) no install long after its peers installed; a hung worker's actor is killed first. A down worker
 is restarted with :meth:`RolloutPool.restart` — the same path as a scheduler activation: a fresh actor,
 the latest snapshot installed before any work is sent — after a backoff that doubles with each restart
 in a row. A restart that finishes a request resets the count, so indefinite churn is survived while a
@@ -77,10 +78,9 @@ class WorkerSupervisor:
         """Notice hung and dead workers, restart those due; returns the names restarted now."""
         now = time.perf_counter() if now is None else now
         for slot in self.pool.hung(self.stall_timeout_s, now):
-            quiet = now - (slot.last_progress or now)
+            detail = self.pool.why_hung(slot, self.stall_timeout_s, now)
             dropped = self.pool.retire(slot.name)
-            self._down(slot.name, "hung", f"no request finished for {quiet:.0f} s with {dropped} queued", now,
-                       dropped)
+            self._down(slot.name, "hung", detail, now, dropped)
         started = []
         for slot in self.pool.slots:
             st = self._state.setdefault(slot.name, _State())
