@@ -132,7 +132,8 @@ class Driver:
         for pid in self.descendants():
             try:
                 p = psutil.Process(pid)
-                if p.cmdline() and p.cmdline()[0].startswith(WORKER_TITLE) and p.status() != psutil.STATUS_STOPPED:
+                cmdline = p.cmdline()  # once: a process exiting between two calls reads [] the second time
+                if cmdline and cmdline[0].startswith(WORKER_TITLE) and p.status() != psutil.STATUS_STOPPED:
                     out.append(p)
             except psutil.Error:
                 pass

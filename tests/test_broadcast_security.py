@@ -126,8 +126,10 @@ def test_silent_oversized_and_excess_connections_do_not_block_an_honest_worker(p
     try:
         plane.learner.wait_registered(["w1"], timeout_s=5)
         assert closed_by_peer(big) and all(closed_by_peer(s, 3) for s in silent)
-        assert refused(plane, "too_many_pending") >= 8
-        assert refused(plane, "handshake_timeout") + refused(plane, "oversized") >= 32
+        # Every one of the 41 is refused and counted: at least 8 evicted as excess, the rest timed out or
+        # (the big one) oversized — how many of each depends on how fast the server drains them (CI: 10 / 30 / 1).
+        pending = refused(plane, "too_many_pending")
+        assert pending >= 8 and pending + refused(plane, "handshake_timeout") + refused(plane, "oversized") >= 41
         plane.publish_and_install()
     finally:
         late.close()

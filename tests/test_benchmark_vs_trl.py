@@ -1,0 +1,63 @@
+"""benchmarks/vs_trl.py: echo2 (async, sync) and TRL's GRPOTrainer from one warm start, reported side by side.
+
+What is checked here is fast: the reach-time arithmetic and the refusals of bad input. The benchmark's own
+smoke run (``python benchmarks/vs_trl.py --quick --out DIR``: a half-epoch warm start, then the three systems
+for 4 tiny steps each, ~2-3 minutes) is left out of the suite, which has no room for it within its 20 minutes.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SCRIPT = ROOT / "benchmarks" / "vs_trl.py"
+
+
+def _run(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    return subprocess.run([sys.executable, str(SCRIPT), *args], check=False, cwd=ROOT, capture_output=True,
+                          text=True, timeout=timeout, env=env)
+
+
+def _module():
+    spec = importlib.util.spec_from_file_location("vs_trl", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["vs_trl"] = module  # dataclasses resolve their module's annotations through sys.modules
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_time_to_reach_uses_the_trailing_window():
+    m = _module()
+    curve = tuple(m.Point(i + 1, float(i + 1), r) for i, r in enumerate([0.0] * 10 + [1.0] * 10))
+    assert m.window(len(curve)) == 2
+    assert m.time_to_reach(curve, 1.0) == 12.0  # steps 11 and 12 both at 1.0
+    assert m.time_to_reach(curve, 0.5) == 11.0
+    assert m.time_to_reach(curve, 1.5) is None
+    result = m.RunResult("x", steps=20, wall_s=20.0, process_s=25.0, curve=curve, heldout_before=None,
+                         heldout_after=None)
+    assert result.final_reward == 1.0 and result.step_s_median == 1.0
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--steps", "0"], "--steps=0"),
+    (["--base-model", "/nonexistent/model"], "holds no config.json"),
+])
+def test_bad_input_fails_with_one_line(tmp_path, args, message):
+    proc = _run(*args, "--out", str(tmp_path / "out"), timeout=120)
+    assert proc.returncode != 0 and message in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert not (tmp_path / "out").exists()  # refused before anything was made
+
+
+def test_refuses_a_folder_that_holds_files(tmp_path):
+    (tmp_path / "old.txt").write_text("x")
+    proc = _run("--quick", "--out", str(tmp_path), timeout=120)
+    assert proc.returncode != 0 and "not an empty folder" in proc.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["old.txt"]
