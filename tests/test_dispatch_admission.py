@@ -108,12 +108,16 @@ def test_a_worker_holds_what_its_replies_and_the_deliveries_progress_say():
 
     from echo2_sdk.runtime.driver.dispatch import Dispatcher
 
-    d = Dispatcher(pool=None, stream=None, buffer=None, control=DispatchControl(3, 8), prompts_per_request=4)
+    from echo2_sdk.runtime.broadcast.delivery import DeliveryTracker
+
+    deliveries = DeliveryTracker(transport=None)
+    d = Dispatcher(pool=None, stream=None, buffer=None, control=DispatchControl(3, 8), prompts_per_request=4,
+                   holds=deliveries.holds)
     slot = SimpleNamespace(name="w", version=4, inflight=[])
     assert d.worker_version(slot) == 4  # from its last reply
-    d.on_installs({"w": 6, "other": 8})
+    deliveries.holds.update({"w": 6, "other": 8})  # as a poll records installs before the delivery settles
     assert d.worker_version(slot) == 6  # installed, before its delivery settled
-    d.on_installs({"w": 5})
+    slot.version = 5  # a late reply generated under an older version
     assert d.worker_version(slot) == 6  # never backwards
 
 
@@ -141,7 +145,7 @@ def test_the_run_never_stalls_on_estimates_one_request_goes_out_when_nothing_is_
             return 0
 
     pool = Pool()
-    d = Dispatcher(pool, SimpleNamespace(take=lambda n: ["ex"] * n), Buffer(), DispatchControl(3, 8), 4)
+    d = Dispatcher(pool, SimpleNamespace(take=lambda n: ["ex"] * n), Buffer(), DispatchControl(3, 8), 4, holds={})
     d.fill_all(learner_version=10)  # the worker is known to hold v0: every group would be stale
     assert len(pool.sent) == 1 and d.control.forced == 1  # one goes out anyway; its reply updates v
     d.fill_all(learner_version=10)

@@ -56,12 +56,12 @@ class FakePool:
     def alive_names(self, stall_timeout_s=None):
         """Like RolloutPool: ``stuck`` workers (work queued, nothing finished) count as silent when
         the caller gives a stall timeout."""
-        hung = {s.name for s in self.hung(stall_timeout_s)}
+        hung = {s.name for s, _ in self.hung(stall_timeout_s)}
         return [s.name for s in self.slots if not s.dead and not s.lost and s.name not in hung]
 
     def hung(self, stall_timeout_s, now=None):
         self.stall_timeouts.append(stall_timeout_s)
-        return [s for s in self.slots if self.why_hung(s, stall_timeout_s, now)]
+        return [(s, why) for s in self.slots if (why := self.why_hung(s, stall_timeout_s, now))]
 
     def why_hung(self, slot, stall_timeout_s, now):
         stuck = stall_timeout_s is not None and slot.name in self.stuck and not slot.dead and not slot.lost

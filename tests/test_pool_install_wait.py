@@ -53,7 +53,8 @@ def test_a_worker_far_behind_its_peers_is_marked_overdue_and_not_waited_for(monk
     assert 0.3 <= waited < 2.0  # not the 30 s receive timeout
     assert pool.slot("stopped").overdue and not pool.slot("a").overdue and not pool.slot("b").overdue
     assert any("worker stopped has not installed" in line and "treated as hung" in line for line in logs)
-    assert pool.hung(stall_timeout_s=None) == [pool.slot("stopped")]
+    assert [(s.name, why) for s, why in pool.hung(stall_timeout_s=None)] == [
+        ("stopped", "had not installed a snapshot 0.3 s after its peers")]
 
 
 def test_a_worker_that_is_only_last_is_waited_for(monkeypatch):

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import time
+from typing import Mapping
 
 from echo2_sdk.runtime.admission.dispatch import DispatchControl
 from echo2_sdk.runtime.driver.data import PromptStream
@@ -14,38 +15,39 @@ from echo2_sdk.runtime.rollout.slots import WorkerSlot
 
 class Dispatcher:
     def __init__(self, pool: RolloutPool, stream: PromptStream, buffer: ReplayBuffer, control: DispatchControl,
-                 prompts_per_request: int) -> None:
+                 prompts_per_request: int, holds: Mapping[str, int]) -> None:
+        """``holds``: the newest version each worker is known to have installed, kept up to date by the
+        deliveries (``DeliveryTracker.holds``: read, not copied)."""
         self.pool, self.stream, self.buffer, self.control = pool, stream, buffer, control
         self.prompts_per_request = prompts_per_request
-        self.installed: dict[str, int] = {}
-        """Newest version each worker is known to hold (from its replies and the deliveries' progress)."""
+        self.holds = holds
 
     def worker_version(self, slot: WorkerSlot) -> int:
         """The version ``slot``'s next request will be generated under, at the least: the newest it is known
-        to hold. (Trusting a delivery in progress to land in time, judged by the previous delivery's
-        duration, dropped 6 % of a quickstart's samples instead of 1.7 %: on a busy machine delivery
-        times vary too much.)"""
-        return max(slot.version, self.installed.get(slot.name, 0))
-
-    def fill(self, slot: WorkerSlot, learner_version: int) -> None:
-        """Async: queue requests on ``slot`` up to the pool's queue depth while admission control allows."""
-        while self.pool.accepts_work(slot) and len(slot.inflight) < self.pool.queue_depth:
-            in_flight = {s.name: len(s.inflight) for s in self.pool.slots if s.inflight or self.pool.accepts_work(s)}
-            buffered = self.buffer.num_admissible(learner_version)
-            if not self.control.allows(slot.name, request_groups=self.prompts_per_request,
-                                       version=self.worker_version(slot), learner_version=learner_version,
-                                       buffered_groups=buffered, in_flight=in_flight, now=time.perf_counter()):
-                # Liveness: nothing in flight anywhere and too little buffered for a step — the learner would
-                # wait forever on estimates (e.g. a version never learned); one request goes out regardless.
-                if any(in_flight.values()) or buffered >= self.control.groups_per_step:
-                    return
-                self.control.forced += 1
-                self.control.forget(slot.name, time.perf_counter())  # it works: its pause ends
-            self.pool.submit(slot, self.stream.take(self.prompts_per_request))
+        to hold, from its replies or the deliveries. (Trusting a delivery in progress to land in time, judged
+        by the previous delivery's duration, dropped 6 % of a quickstart's samples instead of 1.7 %: on a
+        busy machine delivery times vary too much.)"""
+        return max(slot.version, self.holds.get(slot.name, 0))
 
     def fill_all(self, learner_version: int) -> None:
+        """Async: queue requests on every worker up to the pool's queue depth while admission control allows.
+        What the rules read — the admissible groups buffered, the requests out per worker — is counted once
+        per call and kept current as requests go out (this runs at every collect)."""
+        buffered = self.buffer.num_admissible(learner_version) if self.control.enabled else 0
+        in_flight = {s.name: len(s.inflight) for s in self.pool.slots if s.inflight or self.pool.accepts_work(s)}
         for slot in self.pool.slots:
-            self.fill(slot, learner_version)
+            while self.pool.accepts_work(slot) and len(slot.inflight) < self.pool.queue_depth:
+                if not self.control.allows(slot.name, request_groups=self.prompts_per_request,
+                                           version=self.worker_version(slot), learner_version=learner_version,
+                                           buffered_groups=buffered, in_flight=in_flight, now=time.perf_counter()):
+                    # Liveness: nothing in flight anywhere and too little buffered for a step — the learner
+                    # would wait forever on estimates (e.g. a version never learned); one goes out regardless.
+                    if any(in_flight.values()) or buffered >= self.control.groups_per_step:
+                        break
+                    self.control.forced += 1
+                    self.control.forget(slot.name, time.perf_counter())  # it works: its pause ends
+                self.pool.submit(slot, self.stream.take(self.prompts_per_request))
+                in_flight[slot.name] = len(slot.inflight)
 
     def fill_sync(self, missing: int) -> bool:
         """Sync: spread ``missing`` prompts over the workers that take work; False if none does."""
@@ -58,13 +60,7 @@ class Dispatcher:
         return True
 
     def on_reply(self, slot: WorkerSlot, request_s: float) -> None:
-        self.installed[slot.name] = max(self.installed.get(slot.name, 0), slot.version)
         self.control.on_reply(slot.name, request_s)
-
-    def on_installs(self, holds: dict[str, int]) -> None:
-        """The newest version each worker is known to have installed (``DeliveryTracker.holds``)."""
-        for name, version in holds.items():
-            self.installed[name] = max(self.installed.get(name, 0), version)
 
     def on_restart(self, name: str) -> None:
         """``name`` restarts (its fresh actor installs the latest snapshot, so its known version still holds)."""

@@ -140,7 +140,7 @@ class Trainer:
         self.buffer = self.gate.buffer  # what the gate admitted, drawn from by the learner
         self.dispatch = Dispatcher(self.pool, self.stream, self.buffer, DispatchControl(
             self.staleness, cfg.train.prompts_per_step, enabled=cfg.runtime.admission_control and not self.sync),
-            r.prompts_per_request)
+            r.prompts_per_request, holds=self.deliveries.holds)
         self.ledger = RunLedger(self.gate, self.pool, self.controller)  # the per-worker sample ledger (admission.accounting)
         if resume:  # the checkpoint's buffered groups, checked again (run_state.py says why not regenerated)
             self.ledger.restore(extra, self.learner.version, log)
@@ -337,7 +337,6 @@ class Trainer:
 
     def _collect(self, timeout_s: float) -> None:
         self._delivered(self.deliveries.poll())
-        self.dispatch.on_installs(self.deliveries.holds)
         results = self.pool.collect(timeout_s)
         self._ingest(results)
         if self.controller is not None:  # heartbeat round when due

@@ -154,7 +154,7 @@ class PoolController:
         # process keeps its actor alive, so it would never miss a heartbeat): it leaves the pool now —
         # waiting for a heartbeat deadline on top let a 60 s stop pass unnoticed — and is replaced.
         clock = time.perf_counter()
-        hung = {s.name: self.pool.why_hung(s, self.stall_timeout_s, clock) for s in self.pool.hung(self.stall_timeout_s, clock)}
+        hung = {s.name: why for s, why in self.pool.hung(self.stall_timeout_s, clock)}
         alive = [n for n in self.pool.alive_names() if n not in hung]
         left = [d for n, why in hung.items() if self.scheduler.is_alive(n)
                 for d in self.scheduler.leave(n, now, f"hung: {why}")]

@@ -140,14 +140,14 @@ class RolloutPool:
         """Workers that answer: running and not dead, or not started (offers that can be rented).
 
         With ``stall_timeout_s``, a hung worker (see :meth:`hung`) counts as silent too."""
-        hung = {s.name for s in self.hung(stall_timeout_s)}
+        hung = {s.name for s, _ in self.hung(stall_timeout_s)}
         return [s.name for s in self.slots if not s.dead and not s.lost and s.name not in hung]
 
-    def hung(self, stall_timeout_s: float | None, now: float | None = None) -> list[WorkerSlot]:
-        """Running or starting workers that make no progress (:meth:`why_hung` says how). A stopped
-        process keeps its Ray actor alive, so only missing progress shows it."""
+    def hung(self, stall_timeout_s: float | None, now: float | None = None) -> list[tuple[WorkerSlot, str]]:
+        """(slot, why) of the running or starting workers that make no progress (:meth:`why_hung`). A
+        stopped process keeps its Ray actor alive, so only missing progress shows it."""
         now = time.perf_counter() if now is None else now
-        return [s for s in self.slots if self.why_hung(s, stall_timeout_s, now)]
+        return [(s, why) for s in self.slots if (why := self.why_hung(s, stall_timeout_s, now))]
 
     def why_hung(self, slot: WorkerSlot, stall_timeout_s: float | None, now: float) -> str:
         """Why ``slot`` counts as hung ("" if it does not): the pool stopped waiting for it (``overdue``);

@@ -77,8 +77,7 @@ class WorkerSupervisor:
     def check(self, now: float | None = None) -> list[str]:
         """Notice hung and dead workers, restart those due; returns the names restarted now."""
         now = time.perf_counter() if now is None else now
-        for slot in self.pool.hung(self.stall_timeout_s, now):
-            detail = self.pool.why_hung(slot, self.stall_timeout_s, now)
+        for slot, detail in self.pool.hung(self.stall_timeout_s, now):
             dropped = self.pool.retire(slot.name)
             self._down(slot.name, "hung", detail, now, dropped)
         started = []
