@@ -14,9 +14,9 @@ Setting: the quickstart as it is (``algo.lr=3e-4``, an 18-epoch warm start: rewa
 steps), held-out accuracy (100 examples, the config's avg@8 at temperature 1.0) every ``steps // 8`` steps for
 the accuracy panel. A higher learning rate was probed and rejected (with the earlier 15-epoch warm start): at
 ``algo.lr=1e-3`` (100 steps, seed 0) S=2 and S=11 both collapsed to reward 0 (held-out 0.08 -> 0.00 / 0.01),
-and so did seed 1 at 400 steps from a 40-epoch warm start: that measures the learning rate, not S. Whether S hurts at 3e-4
-is what the sweep measures; the quickstart's seed spread is wide (README), so two seeds resolve only
-large gaps. Admission control is off (``runtime.admission_control=false``; the waste shows as the
+and so did seed 1 at 400 steps from a 40-epoch warm start: that measures the learning rate, not S.
+Whether S hurts at 3e-4 is what the sweep measures; the quickstart's seed spread is wide (README), so two
+seeds resolve only large gaps. Admission control is off (``runtime.admission_control=false``; the waste shows as the
 dropped-stale fraction): workers stay busy and the realised staleness fills [0, S] (probe: S=11 trained
 on every staleness 2..11 in equal shares, mean 6.3; S=2 mean 1.5). ``--admission-on S ...`` adds runs
 of those S with it on. kappa is the default S - 1. Sync runs once per seed, with ``tis`` (on-policy,
