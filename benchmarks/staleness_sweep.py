@@ -10,7 +10,7 @@ sweep resumes (an unfinished run starts over). Every run starts from the same we
 (the config's ``model.warm_start`` at seed 0, byte-identical to the one ``echo2 train`` makes) goes to
 ``OUT/base_model``, loaded with ``model.warm_start.enabled=false``; seeds differ only in the RL stage.
 
-Setting: the quickstart as it is (``algo.lr=3e-4``, an 18-epoch warm start: reward ~0.55 -> ~0.87 in 400
+Setting: the quickstart as it is (``algo.lr=3e-4``, an 18-epoch warm start: reward ~0.5 -> ~0.75 in 400
 steps), held-out accuracy (100 examples, the config's avg@8 at temperature 1.0) every ``steps // 8`` steps for
 the accuracy panel. A higher learning rate was probed and rejected (with the earlier 15-epoch warm start): at
 ``algo.lr=1e-3`` (100 steps, seed 0) S=2 and S=11 both collapsed to reward 0 (held-out 0.08 -> 0.00 / 0.01),
