@@ -254,12 +254,13 @@ def load_result(key: RunKey, run_dir: Path) -> RunResult:
     points[rows[-1]["step"]] = evals["after"]["accuracy"]
     hist = {int(k): int(v) for k, v in summary["staleness_histogram"].items()}
     passed = summary["samples_accepted"] + summary["samples_dropped_stale_on_arrival"]
+    stale_mean, stale_max = hist_mean_max(hist)
     return RunResult(
         key=key, steps=tuple(r["step"] for r in rows), reward=tuple(r["reward_mean"] for r in rows),
         eval_steps=tuple(sorted(points)), eval_accuracy=tuple(points[s] for s in sorted(points)),
         final_reward=summary["reward_last_10pct"], heldout_before=evals["before"]["accuracy"],
         heldout_after=evals["after"]["accuracy"], staleness_histogram=hist,
-        staleness_mean=hist_mean_max(hist)[0], staleness_max=hist_mean_max(hist)[1],
+        staleness_mean=stale_mean, staleness_max=stale_max,
         dropped_stale_frac=summary["samples_dropped_stale"] / max(1, passed), wall_s=summary["wall_s"])
 
 
@@ -270,13 +271,14 @@ def aggregate(results: list[RunResult]) -> list[Cell]:
     out = []
     for name, group in cells.items():
         k, hist = group[0].key, sum((Counter(r.staleness_histogram) for r in group), Counter())
+        stale_mean, stale_max = hist_mean_max(hist)
         n, m = min(len(r.steps) for r in group), min(len(r.eval_steps) for r in group)
         out.append(Cell(
             cell=name, staleness=k.staleness, correction=k.correction, admission=k.admission,
             seeds=tuple(r.key.seed for r in group), final_reward=Spread.of([r.final_reward for r in group]),
             heldout_after=Spread.of([r.heldout_after for r in group]),
-            staleness_histogram=dict(sorted(hist.items())), staleness_mean=hist_mean_max(hist)[0],
-            staleness_max=hist_mean_max(hist)[1], dropped_stale_frac=mean(r.dropped_stale_frac for r in group),
+            staleness_histogram=dict(sorted(hist.items())), staleness_mean=stale_mean,
+            staleness_max=stale_max, dropped_stale_frac=mean(r.dropped_stale_frac for r in group),
             wall_s=mean(r.wall_s for r in group), steps=group[0].steps[:n],
             reward_curve=tuple(mean(r.reward[i] for r in group) for i in range(n)), eval_steps=group[0].eval_steps[:m],
             eval_curve=tuple(mean(r.eval_accuracy[i] for r in group) for i in range(m))))
@@ -303,7 +305,7 @@ def plot(cells: list[Cell], path: Path) -> None:
         ax_r.plot(c.steps, _smooth(c.reward_curve, max(1, len(c.steps) // 20)), **kw)
         ax_a.plot(c.eval_steps, c.eval_curve, marker="o", ms=3, **kw)
     ax_r.set(xlabel="learner step", ylabel="training reward (moving avg, mean of seeds)", title="Reward")
-    ax_a.set(xlabel="learner step", ylabel="held-out accuracy (greedy, mean of seeds)", title="Held-out accuracy")
+    ax_a.set(xlabel="learner step", ylabel="held-out accuracy (mean of seeds)", title="Held-out accuracy")
     ax_a.legend(fontsize=7, ncol=2)
     width = 0.8 / len(values)
     for i, s in enumerate(values):
