@@ -235,7 +235,10 @@ def run(plan: ChaosPlan, run_dir: Path, log=print) -> ChaosResult:
             checkpoints = sorted(run_dir.glob("checkpoints/step_*"))
             if not driver_killed and step >= plan.driver_kill_step and checkpoints:
                 if stopped is not None:  # do not leave a stopped process behind for the kill to hide
-                    stopped[0].send_signal(signal.SIGCONT)
+                    try:
+                        stopped[0].send_signal(signal.SIGCONT)
+                    except psutil.Error:  # the supervisor already killed it as hung
+                        pass
                     stopped = None
                 recorded.update(driver.descendants())
                 driver.proc.send_signal(signal.SIGKILL)
