@@ -176,3 +176,18 @@ def test_step_rows_and_the_summary_read_the_gate_counters():
     assert summary["reward_status"] == {"ok": 8} and summary["rollout_tokens"] == 14
     assert summary["worker_errors"] == 0 and "pool" not in summary
     assert summary["staleness_histogram"] == {"1": 4} and summary["samples_trained_by_node"] == {"n1": 4}
+
+
+def test_the_progress_line_shows_the_rollout_rate_since_the_previous_line_not_one_steps():
+    from echo2_sdk.runtime.driver.metrics import RunStats, progress_line
+
+    stats = RunStats()
+    assert stats.progress_rate(tokens=300, wall_s=3.0) == 100.0
+    assert stats.progress_rate(tokens=300, wall_s=4.0) == 0.0  # no reply landed since: truly nothing
+    assert stats.progress_rate(tokens=900, wall_s=6.0) == 300.0  # 600 tokens over the 2 s since
+    stats = RunStats.from_dict(json.loads(json.dumps(stats.to_dict())))  # a resume keeps the mark
+    assert stats.progress_rate(tokens=1000, wall_s=7.0) == 100.0
+    row = {"step": 3, "version": 3, "reward_mean": 0.5, "staleness_max": 1, "staleness_mean": 0.5,
+           "bubble_ratio": 0.1, "rollout_tokens_per_s": 0.0, "t_train_s": 0.4, "wall_s": 7.0}
+    assert "    100 tok/s" in progress_line(row, 10, tokens_per_s=100.0)
+    assert "      0 tok/s" in progress_line(row, 10)

@@ -131,6 +131,14 @@ class RunStats:
         row.update({k: learner_metrics[k] for k in LEARNER_KEYS if k in learner_metrics})
         return row
 
+    def progress_rate(self, tokens: int, wall_s: float) -> float:
+        """Rollout tokens per second since the previous progress line (one step's own rate swings between
+        0 and twice the mean: replies arrive in bursts, and at most steps none lands)."""
+        d_tokens = tokens - self._last.get("progress_tokens", 0)
+        d_wall = wall_s - self._last.get("progress_wall", 0.0)
+        self._last["progress_tokens"], self._last["progress_wall"] = tokens, wall_s
+        return d_tokens / d_wall if d_wall > 0 else 0.0
+
     def _delta(self, name: str, value: int) -> int:
         delta = value - self._last.get(name, 0)
         self._last[name] = value
@@ -183,11 +191,14 @@ class RunStats:
         return s
 
 
-def progress_line(row: dict[str, Any], total_steps: int) -> str:
+def progress_line(row: dict[str, Any], total_steps: int, tokens_per_s: float | None = None) -> str:
+    """One console line for a step ``row``; ``tokens_per_s``: the rollout rate to show instead of the row's
+    own (``RunStats.progress_rate``: over the steps since the previous line)."""
+    rate = row["rollout_tokens_per_s"] if tokens_per_s is None else tokens_per_s
     return (
         f"step {row['step']:>4}/{total_steps} | v{row['version']:<4} | reward {row['reward_mean']:.3f} | "
         f"stale max {row['staleness_max']} mean {row['staleness_mean']:.2f} | "
-        f"bubble {100 * row['bubble_ratio']:4.1f}% | {row['rollout_tokens_per_s']:7.0f} tok/s | "
+        f"bubble {100 * row['bubble_ratio']:4.1f}% | {rate:7.0f} tok/s | "
         f"train {row['t_train_s']:.2f}s | {row['wall_s']:6.1f}s"
         + (f" | ${row['cost_usd']:.4f} ({row['pool_active_workers']} workers)" if "cost_usd" in row else "")
     )

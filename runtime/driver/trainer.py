@@ -373,7 +373,8 @@ class Trainer:
         self.run.append_metrics(row)
         every = max(1, self.cfg.train.steps // 25)
         if self.step % every == 0 or self.step == 1 or self.step == self.cfg.train.steps:
-            self.log(progress_line(row, self.cfg.train.steps))
+            rate = self.stats.progress_rate(self.gate.counters.tokens, row["wall_s"])
+            self.log(progress_line(row, self.cfg.train.steps, tokens_per_s=rate))
         if self.cfg.train.eval_every and self.step % self.cfg.train.eval_every == 0 and not self.stop.requested:
             self.stats.on_eval(f"step_{self.step}", self.evaluate())
         if self.cfg.train.checkpoint_every and self.step % self.cfg.train.checkpoint_every == 0:
