@@ -9,6 +9,7 @@ string picks one); their names are re-exported here.
 from __future__ import annotations
 
 import difflib
+import math
 from typing import Sequence
 
 import torch
@@ -57,6 +58,58 @@ def compute_advantages(
         raise ValueError(f"{len(rewards)} rewards but {len(keys)} group keys")
     r = torch.tensor(list(rewards), dtype=torch.float32)
     return get_advantage(estimator)(r, group_index(keys))
+
+
+def zero_advantage_fraction(rewards: Sequence[float], keys: Sequence[str]) -> float:
+    """Fraction of the groups (samples sharing a key) whose rewards are all equal: every group-normalized
+    estimator gives them zero advantage, so they teach nothing (GRPO's dead groups).
+
+    >>> zero_advantage_fraction([1, 1, 0, 1, 0.5, 0.5], ["a", "a", "b", "b", "c", "c"])
+    0.6666666666666666
+    >>> zero_advantage_fraction([1.0], ["a"])
+    1.0
+    """
+    if len(rewards) != len(keys):
+        raise ValueError(f"{len(rewards)} rewards but {len(keys)} group keys")
+    seen: dict[str, set[float]] = {}
+    for key, reward in zip(keys, rewards):
+        seen.setdefault(key, set()).add(float(reward))
+    return sum(len(r) == 1 for r in seen.values()) / len(seen) if seen else 0.0
+
+
+def first_turn(completion_ids: Sequence[int], loss_mask: Sequence[int]) -> tuple[int, ...]:
+    """The tokens of the first assistant turn: the first run of trained (mask 1) completion tokens. For a
+    single-turn task that is the whole answer; for a game, the model's first action.
+
+    >>> first_turn([7, 8, 1, 2, 3, 9], [1, 1, 0, 0, 1, 1])
+    (7, 8)
+    >>> first_turn([5, 6, 7], [0, 1, 1]), first_turn([5], [0])
+    ((6, 7), ())
+    """
+    start = next((i for i, m in enumerate(loss_mask) if m), len(loss_mask))
+    end = next((i for i in range(start, len(loss_mask)) if not loss_mask[i]), len(loss_mask))
+    return tuple(completion_ids[start:end])
+
+
+def first_turn_entropy(first_turns: Sequence[tuple[int, ...]], keys: Sequence[str]) -> float:
+    """Mean over groups (samples sharing a key) of the entropy, in nats, of the empirical distribution of
+    their first turns: 0 when every sample of a group opens alike (nothing for its advantages to compare),
+    ln n when all n differ.
+
+    >>> round(first_turn_entropy([(1,), (1,), (2,), (3,)], ["a", "a", "b", "b"]), 4)  # a: 0, b: ln 2
+    0.3466
+    """
+    if len(first_turns) != len(keys):
+        raise ValueError(f"{len(first_turns)} first turns but {len(keys)} group keys")
+    groups: dict[str, dict[tuple[int, ...], int]] = {}
+    for key, turn in zip(keys, first_turns):
+        counts = groups.setdefault(key, {})
+        counts[tuple(turn)] = counts.get(tuple(turn), 0) + 1
+    entropies = []
+    for counts in groups.values():
+        n = sum(counts.values())
+        entropies.append(-sum(c / n * math.log(c / n) for c in counts.values()))
+    return sum(entropies) / len(entropies) if entropies else 0.0
 
 
 def broadcast_to_tokens(advantages: torch.Tensor, loss_mask: torch.Tensor) -> torch.Tensor:

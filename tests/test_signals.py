@@ -33,6 +33,38 @@ def test_grouping_choices():
     assert adv[0] < 0 < adv[2] and adv[1] == adv[3] == 0
 
 
+def test_zero_advantage_fraction_counts_the_groups_every_estimator_gives_zero():
+    import doctest
+
+    from echo2_sdk import signals
+    from echo2_sdk.signals import zero_advantage_fraction
+
+    assert doctest.testmod(signals).failed == 0
+    rewards, keys = [1, 0, 0, 1, 0.5, 0.5, 3.0], ["a", "a", "a", "a", "b", "b", "c"]
+    assert zero_advantage_fraction(rewards, keys) == 2 / 3  # b (all equal) and c (alone): see the test above
+    for estimator in ("grpo", "dr_grpo"):  # exactly the groups whose advantages are all zero
+        adv = compute_advantages(rewards, keys, estimator)
+        assert [bool((adv[i:j] == 0).all()) for i, j in ((0, 4), (4, 6), (6, 7))] == [False, True, True]
+    assert zero_advantage_fraction([], []) == 0.0
+    with pytest.raises(ValueError, match="2 rewards but 1 group keys"):
+        zero_advantage_fraction([1, 0], ["a"])
+
+
+def test_first_turn_and_its_entropy_per_group_hand_computed():
+    from echo2_sdk.signals import first_turn, first_turn_entropy
+
+    # completion = assistant turn, env turn, assistant turn: only the first assistant run counts
+    assert first_turn([4, 5, 0, 0, 6], [1, 1, 0, 0, 1]) == (4, 5)
+    assert first_turn([1, 2], [1, 1]) == (1, 2)  # single-turn: the whole answer
+    turns = [(1,), (1,), (1,), (2,), (5,), (5,), (6,), (7,)]
+    keys = ["a"] * 4 + ["b"] * 4
+    # a: p = 3/4, 1/4 -> 0.5623 nats; b: 1/2, 1/4, 1/4 -> 1.0397 nats; mean 0.8010
+    assert first_turn_entropy(turns, keys) == pytest.approx((0.5623351 + 1.0397208) / 2, abs=1e-6)
+    assert first_turn_entropy([(1,)] * 3, ["a"] * 3) == 0.0 and first_turn_entropy([], []) == 0.0
+    with pytest.raises(ValueError, match="1 first turns but 2 group keys"):
+        first_turn_entropy([(1,)], ["a", "b"])
+
+
 def test_broadcast_to_tokens():
     mask = torch.tensor([[0, 1, 1], [1, 0, 0.0]])
     out = broadcast_to_tokens(torch.tensor([2.0, -1.0]), mask)

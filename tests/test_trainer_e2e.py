@@ -4,6 +4,7 @@ One Ray cluster serves the whole module; every run is a few learner steps.
 """
 
 import json
+import math
 
 import pytest
 
@@ -36,8 +37,12 @@ def test_async_run_writes_metrics_summary_plots_and_checkpoints(tmp_path, ray_cl
     summary, rows = run(tmp_path, "a", ["train.checkpoint_every=2"])
     assert [r["step"] for r in rows] == [1, 2, 3, 4]
     required = {"step", "version", "reward_mean", "staleness_max", "staleness_mean", "bubble_ratio",
-                "t_train_s", "accepted", "dropped_stale", "rejected", "wall_s"}
+                "t_train_s", "accepted", "dropped_stale", "rejected", "wall_s", "zero_advantage_frac",
+                "first_turn_entropy"}
     assert required <= set(rows[0])
+    assert all(0.0 <= r["zero_advantage_frac"] <= 1.0 for r in rows)
+    assert all(0.0 <= r["first_turn_entropy"] <= math.log(4) + 1e-9 for r in rows)  # 4 samples per group
+    assert summary["zero_advantage_frac_last_10pct"] == rows[-1]["zero_advantage_frac"]  # 4 steps: the last row
     assert [r["version"] for r in rows] == [1, 2, 3, 4]
     assert all(r["staleness_max"] <= 3 for r in rows)
     assert all(0.0 <= r["bubble_ratio"] <= 1.0 for r in rows)

@@ -15,6 +15,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from echo2_sdk.config import Echo2Config, to_dict
 from echo2_sdk.records import Rollout
+from echo2_sdk.signals import first_turn, first_turn_entropy, grouping_keys, zero_advantage_fraction
 from echo2_sdk.runtime.admission.base import AdmissionCounters
 
 LEARNER_KEYS = ("pg_loss", "kl", "clip_frac", "tis_mean", "tis_max", "tis_trunc_frac", "is_masked_frac", "grad_norm",
@@ -191,6 +192,15 @@ class RunStats:
         return s
 
 
+def group_signals(records: Sequence[Rollout], grouping: str) -> dict[str, float]:
+    """What a step's groups give GRPO to learn from: the fraction of groups with zero advantage (every
+    sample one reward) and the mean entropy of the first assistant turn within a group (``signals``)."""
+    keys = grouping_keys([r.prompt_key for r in records], [r.omega.group for r in records], grouping)
+    return {"zero_advantage_frac": zero_advantage_fraction([r.reward for r in records], keys),
+            "first_turn_entropy": first_turn_entropy([first_turn(r.completion_ids, r.omega.loss_mask)
+                                                      for r in records], keys)}
+
+
 def progress_line(row: dict[str, Any], total_steps: int, tokens_per_s: float | None = None) -> str:
     """One console line for a step ``row``; ``tokens_per_s``: the rollout rate to show instead of the row's
     own (``RunStats.progress_rate``: over the steps since the previous line)."""
@@ -205,6 +215,8 @@ def progress_line(row: dict[str, Any], total_steps: int, tokens_per_s: float | N
 
 
 def _window_mean(rows: list[dict], key: str, first: bool) -> float | None:
+    """Mean of ``key`` over the first (or last) 10% of the rows that have it."""
+    rows = [r for r in rows if key in r]  # rows written by an older version may lack a newer key
     if not rows:
         return None
     k = max(1, len(rows) // 10)
@@ -231,6 +243,12 @@ def summarize(cfg: Echo2Config, rows: list[dict[str, Any]], *, stats: RunStats, 
         "wall_s": rows[-1]["wall_s"] if rows else 0.0,
         "reward_first_10pct": first,
         "reward_last_10pct": last,
+        # Groups whose samples all got one reward: zero advantage, no gradient (GRPO's dead groups).
+        "zero_advantage_frac_first_10pct": _window_mean(rows, "zero_advantage_frac", True),
+        "zero_advantage_frac_last_10pct": _window_mean(rows, "zero_advantage_frac", False),
+        # Entropy (nats) of the first assistant turn within a group: the exploration GRPO compares.
+        "first_turn_entropy_first_10pct": _window_mean(rows, "first_turn_entropy", True),
+        "first_turn_entropy_last_10pct": _window_mean(rows, "first_turn_entropy", False),
         "distinct_prompts_trained": len(s.prompts_trained),
         "eval": s.evals,
         "bubble_ratio": s.bubble_ratio,

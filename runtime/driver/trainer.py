@@ -32,7 +32,7 @@ from echo2_sdk.runtime.driver.dispatch import Dispatcher
 from echo2_sdk.runtime.admission.dispatch import DispatchControl
 from echo2_sdk.runtime.driver.evaluation import format_eval
 from echo2_sdk.runtime.broadcast.delivery import DeliveryTracker, delivery_summary
-from echo2_sdk.runtime.driver.metrics import RunStats, progress_line, summarize
+from echo2_sdk.runtime.driver.metrics import RunStats, group_signals, progress_line, summarize
 from echo2_sdk.runtime.rollout.pool import RolloutPool
 from echo2_sdk.runtime.rollout.install_wait import wait_installed
 from echo2_sdk.runtime.rollout.supervisor import WorkerSupervisor, WorkersExhausted
@@ -361,6 +361,7 @@ class Trainer:
                                  t_train_s=t_train, wall_s=time.perf_counter() - self.t_start,
                                  published_version=self.published, buffer_groups=len(self.buffer),
                                  learner_metrics=metrics, admission=self.gate.counters)
+        row.update(group_signals(records, self.cfg.algo.grouping))
         row.update(self.agreement.update([str(r.meta.get("worker", "")) for r in records],
                                          [v_t - r.version for r in records], self.learner.last_agreement))
         row.update(self.ledger.row())
