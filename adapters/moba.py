@@ -68,7 +68,8 @@ class MobaAdapter(EpisodicTaskAdapter):
         num_sft: int = 256
         """Demonstrations in the ``sft`` split (the warm start): one decision of a ``demonstrator`` episode each."""
         demonstrator: str = "rule:farmer"
-        """Who plays the demonstrations (teaches the action format and a sane default strategy)."""
+        """Who plays the demonstrations (teaches the action format and a sane default strategy); a weighted
+        mixture (``"2 rule:farmer, rule:pusher"``) draws one player per demonstration."""
 
     def __init__(self, options: Any = None, *, seed: int = 0) -> None:
         super().__init__(options, seed=seed)

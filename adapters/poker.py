@@ -80,7 +80,8 @@ class PokerAdapter(EpisodicTaskAdapter):
         """Demonstrations in the ``sft`` split (the warm start): one decision of a ``demonstrator`` episode each."""
         demonstrator: str = "rule:random"
         """Who plays the demonstrations. The default (uniform over legal actions) teaches the action
-        format without a strategy, leaving the strategy to RL; ``rule:tag`` imitates a tight player."""
+        format without a strategy, leaving the strategy to RL; ``rule:tag`` imitates a tight player; a
+        weighted mixture (``"2 rule:tag, rule:lag, rule:calling"``) draws one player per demonstration."""
 
     def __init__(self, options: Any = None, *, seed: int = 0) -> None:
         super().__init__(options, seed=seed)

@@ -16,8 +16,9 @@ which info keys summarize an episode (``SUMMARY_KEYS``). This base provides the 
 - text level, for demonstrations, evaluation and API policies: ``play_episode``, ``episode_to_tokens``,
   ``episode_to_rollout``.
 
-Options a subclass's ``Options`` must have: ``num_train``, ``num_eval``, ``num_sft``, ``demonstrator``,
-``final_observation``.
+Options a subclass's ``Options`` must have: ``num_train``, ``num_eval``, ``num_sft``, ``demonstrator`` (one
+rule spec, or a weighted mixture ``"2 rule:tag, rule:lag"``: :func:`weighted_specs`, one spec drawn per
+demonstration episode), ``final_observation``.
 """
 
 from __future__ import annotations
@@ -33,6 +34,46 @@ from echo2_sdk.chat_episode import ChatEpisode
 from echo2_sdk.records import Omega, Rollout
 from echo2_sdk.masks import assistant_mask
 from echo2_sdk.text_env import EpisodeLog, Policy
+
+
+def weighted_specs(text: str, *, option: str = "task.options.demonstrator") -> tuple[tuple[str, float], ...]:
+    """Parse a weighted mixture of player specs, ``"[WEIGHT] SPEC, ..."`` (weight 1 when left out), into
+    (spec, share) pairs whose shares sum to 1. Raises ValueError naming ``option`` on a bad entry.
+
+    >>> weighted_specs("rule:tag")
+    (('rule:tag', 1.0),)
+    >>> weighted_specs("3 rule:tag, rule:lag")
+    (('rule:tag', 0.75), ('rule:lag', 0.25))
+    """
+    entries = []
+    for part in text.split(","):
+        words = part.split()
+        if not words or len(words) > 2:
+            raise ValueError(f"{option}={text!r}: each entry is '[WEIGHT] SPEC' (e.g. '2 rule:tag, rule:lag'), "
+                             f"not {part.strip()!r}")
+        try:
+            weight = float(words[0]) if len(words) == 2 else 1.0
+        except ValueError:
+            raise ValueError(f"{option}={text!r}: weight {words[0]!r} is not a number (e.g. '2 rule:tag')") from None
+        if not weight > 0 or weight == float("inf"):
+            raise ValueError(f"{option}={text!r}: weight {words[0]!r} must be a positive finite number")
+        entries.append((words[-1], weight))
+    total = sum(w for _, w in entries)
+    return tuple((spec, w / total) for spec, w in entries)
+
+
+def pick_spec(mixture: Sequence[tuple[str, float]], key: str) -> str:
+    """The spec of ``mixture`` drawn for ``key`` (deterministic: one key, one spec).
+
+    >>> pick_spec([("rule:tag", 1.0)], "any")
+    'rule:tag'
+    >>> {pick_spec([("a", 0.5), ("b", 0.5)], f"k{i}") for i in range(20)} == {"a", "b"}
+    True
+    """
+    if len(mixture) == 1:
+        return mixture[0][0]
+    specs, weights = zip(*mixture)
+    return random.Random(key).choices(specs, weights=weights)[0]
 
 
 @dataclass(frozen=True)
@@ -72,6 +113,8 @@ class EpisodicTaskAdapter(MultiTurnTaskAdapter):
         if opts.num_train < 1 or opts.num_eval < 1 or opts.num_sft < 0:
             raise ValueError(f"task.options.num_train={opts.num_train} and num_eval={opts.num_eval} must be >= 1, "
                              f"num_sft={opts.num_sft} >= 0")
+        self.demonstrators = weighted_specs(opts.demonstrator)
+        """The demonstrator mixture: one spec is drawn per demonstration (and per tokenizer-corpus) episode."""
         self.llm_policy_factory: Callable[[str], Policy] | None = None
         """Set by the runtime when opponents are ``llm:PATH`` (path → policy)."""
         self._splits: dict[str, list[Example]] = {}
@@ -117,7 +160,7 @@ class EpisodicTaskAdapter(MultiTurnTaskAdapter):
         """An sft example: a ``demonstrator`` episode's conversation up to one of its decisions (picked
         by the seed), the demonstrator's reply there as the answer."""
         base = self._example("sft", index)
-        episode = self.play_episode(base, self.options.demonstrator)
+        episode = self.play_episode(base, pick_spec(self.demonstrators, f"{self.name}:{self.seed}:sft-player:{index}"))
         replies = [i for i, m in enumerate(episode.messages) if m["role"] == "assistant"]
         at = replies[random.Random(f"{self.name}:{self.seed}:sft-turn:{index}").randrange(len(replies))]
         return Example(id=base.id, prompt=base.prompt, answer=episode.messages[at]["content"],
@@ -160,7 +203,7 @@ class EpisodicTaskAdapter(MultiTurnTaskAdapter):
             env = self.make_env()
             obs, info = env.begin_episode(seed)
             yield env.system_prompt
-            player = self.make_bot(self.options.demonstrator, env)
+            player = self.make_bot(pick_spec(self.demonstrators, f"{self.name}:tokenizer-corpus-player:{index}"), env)
             if hasattr(player, "begin"):  # seeded players restart per episode
                 player.begin(seed)
             feedback, done = None, False

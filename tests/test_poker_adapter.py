@@ -168,3 +168,31 @@ def test_sft_demonstrations_are_legal_decisions_of_the_demonstrator(tiny_tokeniz
             env.step(message["content"])
         assert env.step(adapter.reference_answer(demo))[4]["invalid_reason"] is None
     assert len({len(adapter.build_messages(d)) for d in demos}) > 1  # later streets are demonstrated too
+
+
+def test_a_demonstrator_mixture_draws_one_player_per_demonstration():
+    import doctest
+
+    from echo2_sdk import episodic
+
+    assert doctest.testmod(episodic).failed == 0
+    opts = {"num_sft": 16, "num_train": 1, "num_eval": 1}
+    pure = {spec: PokerAdapter({**opts, "demonstrator": spec}).examples("sft") for spec in ("rule:tag", "rule:calling")}
+    mixed = PokerAdapter({**opts, "demonstrator": "rule:tag, rule:calling"}).examples("sft")
+    # Demonstration i is exactly the one the drawn player gives alone (same deal, same decision picked).
+    drawn = [next(s for s, demos in pure.items() if demos[i] == d) for i, d in enumerate(mixed)]
+    assert set(drawn) == {"rule:tag", "rule:calling"}
+    assert mixed == PokerAdapter({**opts, "demonstrator": "rule:tag, rule:calling"}).examples("sft")  # seeded
+    heavy = PokerAdapter({**opts, "demonstrator": "1000 rule:tag, rule:calling"}).examples("sft")
+    assert heavy == pure["rule:tag"]
+
+
+@pytest.mark.parametrize("spec, message", [
+    ("rule:tag,", "each entry is '\\[WEIGHT\\] SPEC'"),
+    ("x rule:tag", "weight 'x' is not a number"),
+    ("0 rule:tag, rule:lag", "weight '0' must be a positive finite number"),
+    ("1 2 rule:tag", "each entry is"),
+])
+def test_a_bad_demonstrator_mixture_is_refused_with_the_option_and_the_fix(spec, message):
+    with pytest.raises(ValueError, match=f"task.options.demonstrator=.*{message}"):
+        PokerAdapter({"num_sft": 1, "num_train": 1, "num_eval": 1, "demonstrator": spec})
