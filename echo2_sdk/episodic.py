@@ -24,6 +24,7 @@ demonstration episode), ``final_observation``.
 from __future__ import annotations
 
 import abc
+import math
 import random
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Sequence
@@ -55,7 +56,7 @@ def weighted_specs(text: str, *, option: str = "task.options.demonstrator") -> t
             weight = float(words[0]) if len(words) == 2 else 1.0
         except ValueError:
             raise ValueError(f"{option}={text!r}: weight {words[0]!r} is not a number (e.g. '2 rule:tag')") from None
-        if not weight > 0 or weight == float("inf"):
+        if not (weight > 0 and math.isfinite(weight)):  # also refuses nan
             raise ValueError(f"{option}={text!r}: weight {words[0]!r} must be a positive finite number")
         entries.append((words[-1], weight))
     total = sum(w for _, w in entries)

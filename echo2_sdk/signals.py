@@ -104,7 +104,7 @@ def first_turn_entropy(first_turns: Sequence[tuple[int, ...]], keys: Sequence[st
     groups: dict[str, dict[tuple[int, ...], int]] = {}
     for key, turn in zip(keys, first_turns):
         counts = groups.setdefault(key, {})
-        counts[tuple(turn)] = counts.get(tuple(turn), 0) + 1
+        counts[turn] = counts.get(turn, 0) + 1
     entropies = []
     for counts in groups.values():
         n = sum(counts.values())
