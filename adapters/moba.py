@@ -29,7 +29,7 @@ from typing import Any
 from echo2_sdk.adapter import Example
 from echo2_sdk.envs.moba import MobaConfig, MobaEnv, make_player
 from echo2_sdk.evaluation import HeadToHead
-from echo2_sdk.episodic import EpisodicTaskAdapter, TextEpisode
+from echo2_sdk.episodic import EpisodicTaskAdapter, TextEpisode, lineup_seats, opponent_pool
 from echo2_sdk.registry import register_task
 
 SUMMARY_KEYS = ("outcome", "tick", "gold_earned", "last_hits", "kills", "deaths", "structure_damage",
@@ -48,7 +48,9 @@ class MobaAdapter(EpisodicTaskAdapter):
     @dataclass(frozen=True)
     class Options:
         opponent: str = "rule:pusher"
-        """Spec of every foe hero (``rule:farmer|pusher|random``, ``llm:PATH``); comma-separated: one per foe."""
+        """The foe heroes: a spec (``rule:farmer|pusher|random``, ``llm:PATH``) for every foe, ``A+B`` for
+        one per foe, or a weighted pool of such line-ups, ``"2 rule:pusher, rule:farmer"``: each game draws
+        one (recorded in the records' meta, and in Ω.group when pooled)."""
         team_size: int = 1
         """1 (1v1) or 2 (2v2, with an ``ally`` bot)."""
         ally: str = "rule:farmer"
@@ -76,10 +78,11 @@ class MobaAdapter(EpisodicTaskAdapter):
         opts = self.options
         self.config = MobaConfig(
             team_size=opts.team_size, max_ticks=opts.max_ticks, warmup_ticks=opts.warmup_ticks,
-            autopilot=opts.autopilot, opponents=tuple(s.strip() for s in opts.opponent.split(",")),
+            autopilot=opts.autopilot, opponents=lineup_seats(self.opponents[0][0]),
             allies=(opts.ally,), max_invalid_actions=opts.max_invalid_actions, win_reward=opts.win_reward,
         )
         self.max_reward = opts.win_reward + 10.0
+        self.check_players()
 
     @classmethod
     def head_to_head(cls) -> HeadToHead:
@@ -96,9 +99,14 @@ class MobaAdapter(EpisodicTaskAdapter):
                        prompt=f"{size}v{size} lane vs {self.options.opponent}, episode {episode_seed}",
                        meta={"episode_seed": episode_seed})
 
-    def make_env(self) -> MobaEnv:
-        """A fresh environment for this adapter's options (one per concurrent episode)."""
-        return MobaEnv(self.config, llm_policy_factory=self.llm_policy_factory)
+    def make_env(self, opponent: str | None = None) -> MobaEnv:
+        """A fresh environment for this adapter's options (one per concurrent episode), against the
+        line-up ``opponent`` (``None``: the pool's first)."""
+        return MobaEnv(self.config_against(opponent), llm_policy_factory=self.llm_policy_factory)
+
+    def config_against(self, opponent: str | None) -> MobaConfig:
+        """The game's config with the line-up ``opponent`` as the foes (``None``: as configured)."""
+        return self.config if opponent is None else dataclasses.replace(self.config, opponents=lineup_seats(opponent))
 
     def episode_group(self, env: MobaEnv) -> str:
         return env.lane_bucket or "none"
@@ -112,10 +120,11 @@ class MobaAdapter(EpisodicTaskAdapter):
 
 
 def eval_game(options: MobaAdapter.Options) -> dict[str, Any]:
-    """``echo2 eval`` arguments that play a moba task's game: its team size and foes (the evaluation
-    plays one foe spec per column, every foe hero a copy, so several specs become several columns).
+    """``echo2 eval`` arguments that play a moba task's game: its team size and one column per line-up of
+    its opponent pool (the evaluation copies a column's spec into every foe hero).
 
-    >>> eval_game(MobaAdapter.Options(opponent="rule:farmer"))
-    {'team_size': 1, 'opponents': 'rule:farmer'}
+    >>> eval_game(MobaAdapter.Options(opponent="2 rule:farmer, rule:pusher"))
+    {'team_size': 1, 'opponents': 'rule:farmer,rule:pusher'}
     """
-    return {"team_size": options.team_size, "opponents": options.opponent}
+    return {"team_size": options.team_size,
+            "opponents": ",".join(lineup for lineup, _ in opponent_pool(options.opponent))}

@@ -40,7 +40,7 @@ from typing import Any
 from echo2_sdk.adapter import Example
 from echo2_sdk.envs.poker import PokerConfig, PokerEnv, make_player
 from echo2_sdk.evaluation import HeadToHead
-from echo2_sdk.episodic import EpisodeTokens, EpisodicTaskAdapter, TextEpisode
+from echo2_sdk.episodic import EpisodeTokens, EpisodicTaskAdapter, TextEpisode, lineup_seats, opponent_pool
 from echo2_sdk.registry import register_task
 
 __all__ = ["PokerAdapter", "PokerEpisode", "EpisodeTokens"]
@@ -60,8 +60,10 @@ class PokerAdapter(EpisodicTaskAdapter):
     @dataclass(frozen=True)
     class Options:
         opponent: str = "rule:calling"
-        """Spec of every other seat (``rule:calling|tag|lag|random``, ``llm:PATH``); a comma-separated
-        list gives one spec per other seat. Default: the calling station."""
+        """Who sits in the other seats: a spec (``rule:calling|tag|lag|random``, ``llm:PATH``) for every
+        seat, ``A+B`` for one per seat, or a weighted pool of such line-ups, ``"2 rule:tag, rule:lag,
+        llm:PATH"``: each deal draws one (recorded in the records' meta, and in Ω.group when pooled).
+        Default: the calling station."""
         seats: int = 2
         small_blind: int = 5
         big_blind: int = 10
@@ -91,11 +93,12 @@ class PokerAdapter(EpisodicTaskAdapter):
         self.config = PokerConfig(
             seats=opts.seats, small_blind=opts.small_blind, big_blind=opts.big_blind,
             starting_stack=opts.starting_stack, hands_per_episode=opts.hands_per_episode,
-            opponents=tuple(s.strip() for s in opts.opponent.split(",")),
+            opponents=lineup_seats(self.opponents[0][0]),
             max_invalid_actions=opts.max_invalid_actions, show_history=opts.show_history,
         )
         self.unit = self.reward_scale = opts.big_blind if opts.reward_unit == "big_blind" else 1
         self.max_reward = opts.starting_stack * (opts.seats - 1) * opts.hands_per_episode / self.unit
+        self.check_players()
 
     @classmethod
     def head_to_head(cls) -> HeadToHead:
@@ -115,9 +118,14 @@ class PokerAdapter(EpisodicTaskAdapter):
             meta={"episode_seed": episode_seed},
         )
 
-    def make_env(self) -> PokerEnv:
-        """A fresh environment for this adapter's options (one per concurrent episode)."""
-        return PokerEnv(self.config, llm_policy_factory=self.llm_policy_factory)
+    def make_env(self, opponent: str | None = None) -> PokerEnv:
+        """A fresh environment for this adapter's options (one per concurrent episode), against the
+        line-up ``opponent`` (``None``: the pool's first)."""
+        return PokerEnv(self.config_against(opponent), llm_policy_factory=self.llm_policy_factory)
+
+    def config_against(self, opponent: str | None) -> PokerConfig:
+        """The table's config with the line-up ``opponent`` in the other seats (``None``: as configured)."""
+        return self.config if opponent is None else dataclasses.replace(self.config, opponents=lineup_seats(opponent))
 
     def episode_group(self, env: PokerEnv) -> str:
         return env.hand_bucket or "none"
@@ -132,10 +140,13 @@ class PokerAdapter(EpisodicTaskAdapter):
 
 def eval_table(options: PokerAdapter.Options) -> dict[str, Any]:
     """``echo2 eval`` arguments that play the table of a poker task's ``options`` (seats, blinds, stack,
-    the opponent seats: several specs become one ``A+B`` column, one player per seat).
+    and one opponent column per line-up of the pool, ``A+B`` for one player per seat).
 
-    >>> eval_table(PokerAdapter.Options(seats=3, small_blind=25, big_blind=50, opponent="rule:tag, rule:lag"))
+    >>> eval_table(PokerAdapter.Options(seats=3, small_blind=25, big_blind=50, opponent="rule:tag + rule:lag"))
     {'seats': 3, 'blinds': '25/50', 'stack': 1000, 'opponents': 'rule:tag+rule:lag'}
+    >>> eval_table(PokerAdapter.Options(opponent="3 rule:tag, rule:lag"))["opponents"]
+    'rule:tag,rule:lag'
     """
     return {"seats": options.seats, "blinds": f"{options.small_blind}/{options.big_blind}",
-            "stack": options.starting_stack, "opponents": "+".join(s.strip() for s in options.opponent.split(","))}
+            "stack": options.starting_stack,
+            "opponents": ",".join(lineup for lineup, _ in opponent_pool(options.opponent))}

@@ -19,6 +19,13 @@ which info keys summarize an episode (``SUMMARY_KEYS``). This base provides the 
 Options a subclass's ``Options`` must have: ``num_train``, ``num_eval``, ``num_sft``, ``demonstrator`` (one
 rule spec, or a weighted mixture ``"2 rule:tag, rule:lag"``: :func:`weighted_specs`, one spec drawn per
 demonstration episode), ``final_observation``.
+
+Optional: ``opponent``, an opponent pool — a weighted mixture of line-ups (:func:`opponent_pool`), e.g.
+``"2 rule:tag, rule:lag, llm:runs/old/base_model"``. A line-up is one spec for every other seat or
+``A+B``, one per seat. Each example (a deal, with its n samples) draws one line-up, seeded by the example;
+it is recorded in ``meta["opponent"]``, and with more than one line-up Ω.group becomes
+``GROUP|vs LINEUP``, so advantages compare episodes played against the same opponents. A subclass whose
+options have ``opponent`` builds envs with ``make_env(opponent=LINEUP)`` (``None``: the first line-up).
 """
 
 from __future__ import annotations
@@ -26,6 +33,7 @@ from __future__ import annotations
 import abc
 import math
 import random
+import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Sequence
 
@@ -61,6 +69,25 @@ def weighted_specs(text: str, *, option: str = "task.options.demonstrator") -> t
         entries.append((words[-1], weight))
     total = sum(w for _, w in entries)
     return tuple((spec, w / total) for spec, w in entries)
+
+
+def opponent_pool(text: str, *, option: str = "task.options.opponent") -> tuple[tuple[str, float], ...]:
+    """Parse an opponent pool, ``"[WEIGHT] LINEUP, ..."``, into (line-up, share) pairs; a line-up is one
+    spec for every other seat or ``A+B`` (one per seat, spaces around ``+`` allowed).
+
+    >>> opponent_pool("3 rule:tag, rule:tag + rule:lag")
+    (('rule:tag', 0.75), ('rule:tag+rule:lag', 0.25))
+    """
+    return weighted_specs(re.sub(r"\s*\+\s*", "+", text), option=option)
+
+
+def lineup_seats(lineup: str) -> tuple[str, ...]:
+    """The specs of one line-up, ``"A+B"`` → ``("A", "B")`` (one spec: every other seat plays it).
+
+    >>> lineup_seats("rule:tag+rule:lag")
+    ('rule:tag', 'rule:lag')
+    """
+    return tuple(part.strip() for part in lineup.split("+"))
 
 
 def pick_spec(mixture: Sequence[tuple[str, float]], key: str) -> str:
@@ -116,15 +143,19 @@ class EpisodicTaskAdapter(MultiTurnTaskAdapter):
                              f"num_sft={opts.num_sft} >= 0")
         self.demonstrators = weighted_specs(opts.demonstrator)
         """The demonstrator mixture: one spec is drawn per demonstration (and per tokenizer-corpus) episode."""
+        pool = getattr(opts, "opponent", None)
+        self.opponents = opponent_pool(pool) if isinstance(pool, str) else ()
+        """The opponent pool, (line-up, share) pairs; empty for a task without an ``opponent`` option."""
         self.llm_policy_factory: Callable[[str], Policy] | None = None
         """Set by the runtime when opponents are ``llm:PATH`` (path → policy)."""
         self._splits: dict[str, list[Example]] = {}
-        self._env = None
+        self._envs: dict[str | None, Any] = {}
 
     # ----- what a subclass supplies ----------------------------------------------------------
     @abc.abstractmethod
     def make_env(self):
-        """A fresh environment for this adapter's options (one per concurrent episode)."""
+        """A fresh environment for this adapter's options (one per concurrent episode). With an opponent
+        pool it takes ``opponent`` (a line-up, ``None``: the first)."""
 
     @abc.abstractmethod
     def _example(self, split: str, index: int) -> Example:
@@ -142,6 +173,44 @@ class EpisodicTaskAdapter(MultiTurnTaskAdapter):
     def make_bot(self, spec: str, env):
         """A rule-based player from its spec (``rule:NAME``; the demonstrator and rule opponents)."""
 
+    def check_players(self) -> None:
+        """Build every demonstrator and every opponent line-up once, so that a misspelled one fails at
+        construction (named by its option), not when a rare draw first plays it. A subclass calls it at the
+        end of ``__init__``; ``llm:`` seats are only checked for their place (their models load later)."""
+        def stub(name: str) -> Policy:
+            return lambda messages: ""
+
+        factory, self.llm_policy_factory = self.llm_policy_factory, self.llm_policy_factory or stub
+        try:
+            for lineup, _ in self.opponents if self.pooled else ():
+                try:
+                    self.make_env(opponent=lineup)
+                except (ValueError, TypeError) as exc:
+                    raise ValueError(f"task.options.opponent: line-up {lineup!r}: {exc}") from None
+            env = self.make_env()
+            for spec, _ in self.demonstrators:
+                try:
+                    self.make_bot(spec, env)
+                except (ValueError, TypeError) as exc:
+                    raise ValueError(f"task.options.demonstrator: {spec!r}: {exc}") from None
+        finally:
+            self.llm_policy_factory = factory
+
+    @property
+    def pooled(self) -> bool:
+        """Whether episodes draw their opponents from a pool of more than one line-up."""
+        return len(self.opponents) > 1
+
+    def env_for(self, example: Example):
+        """A fresh env for ``example``: against the line-up it drew when the opponents are pooled."""
+        return self.make_env(opponent=example.meta.get("opponent")) if self.pooled else self.make_env()
+
+    def group_of(self, env, example: Example) -> str:
+        """Ω.group of ``example``'s episode in ``env``: :meth:`episode_group`, and the line-up when pooled."""
+        group = self.episode_group(env)
+        opponent = example.meta.get("opponent")
+        return f"{group}|vs {opponent}" if self.pooled and opponent else group
+
     # ----- data -------------------------------------------------------------------------------
     def episode_seed(self, split: str, index: int) -> int:
         return random.Random(f"{self.name}:{self.seed}:{split}:{index}").getrandbits(62)
@@ -154,38 +223,49 @@ class EpisodicTaskAdapter(MultiTurnTaskAdapter):
                 self._splits[split] = [self._demonstration(i) for i in range(self.options.num_sft)]
             else:
                 count = {"train": self.options.num_train, "eval": self.options.num_eval}[split]
-                self._splits[split] = [self._example(split, i) for i in range(count)]
+                self._splits[split] = [self._drawn_example(split, i) for i in range(count)]
         return self._splits[split]
+
+    def _drawn_example(self, split: str, index: int) -> Example:
+        """:meth:`_example` with the opponent line-up it drew (``meta["opponent"]``) when there is a pool."""
+        example = self._example(split, index)
+        if not self.opponents:
+            return example
+        lineup = pick_spec(self.opponents, f"{self.name}:{self.seed}:{split}:opponent:{index}")
+        return Example(id=example.id, prompt=example.prompt, answer=example.answer,
+                       meta={**example.meta, "opponent": lineup})
 
     def _demonstration(self, index: int) -> Example:
         """An sft example: a ``demonstrator`` episode's conversation up to one of its decisions (picked
         by the seed), the demonstrator's reply there as the answer."""
-        base = self._example("sft", index)
+        base = self._drawn_example("sft", index)
         episode = self.play_episode(base, pick_spec(self.demonstrators, f"{self.name}:{self.seed}:sft-player:{index}"))
         replies = [i for i, m in enumerate(episode.messages) if m["role"] == "assistant"]
         at = replies[random.Random(f"{self.name}:{self.seed}:sft-turn:{index}").randrange(len(replies))]
         return Example(id=base.id, prompt=base.prompt, answer=episode.messages[at]["content"],
                        meta={**base.meta, "messages": tuple(dict(m) for m in episode.messages[:at])})
 
-    def _shared_env(self):
-        if self._env is None:
-            self._env = self.make_env()
-        return self._env
+    def _shared_env(self, example: Example):
+        """One env per line-up for the questions asked before an episode is played (prompt, group)."""
+        key = example.meta.get("opponent") if self.pooled else None
+        if key not in self._envs:
+            self._envs[key] = self.env_for(example)
+        return self._envs[key]
 
     def build_messages(self, example: Example) -> list[dict[str, str]]:
         """The prompt x: the rules and the first observation of the example's episode (for an sft
         demonstration: the conversation up to the demonstrated decision)."""
         if "messages" in example.meta:
             return [dict(m) for m in example.meta["messages"]]
-        env = self._shared_env()
+        env = self._shared_env(example)
         obs, _ = env.begin_episode(example.meta["episode_seed"])
         return [{"role": "system", "content": env.system_prompt}, {"role": "user", "content": obs}]
 
     def group_key(self, example: Example) -> str:
         """Ω.group of the example's episode (what ``to_rollout`` writes), known before playing it."""
-        env = self._shared_env()
+        env = self._shared_env(example)
         env.begin_episode(example.meta["episode_seed"])
-        return self.episode_group(env)
+        return self.group_of(env, example)
 
     # ----- tokenizer corpus --------------------------------------------------------------------
     corpus_episodes: int = 128
@@ -221,7 +301,7 @@ class EpisodicTaskAdapter(MultiTurnTaskAdapter):
     # ----- token level (the worker loop) ------------------------------------------------------
     def open_episode(self, example: Example, tokenizer) -> ChatEpisode:
         """Start the example's episode as a token-level chat (its own env: safe to run many at once)."""
-        env = self.make_env()
+        env = self.env_for(example)
         return ChatEpisode(env, tokenizer, example.meta["episode_seed"], system_prompt=env.system_prompt,
                            final_observation=self.options.final_observation)
 
@@ -231,16 +311,17 @@ class EpisodicTaskAdapter(MultiTurnTaskAdapter):
         return Rollout(
             prompt_ids=tuple(episode.prompt_ids), completion_ids=tuple(episode.completion_ids),
             reward=episode.total_reward / self.reward_scale, version=version,
-            omega=Omega(loss_mask=tuple(episode.loss_mask), group=self.episode_group(episode.env)),
+            omega=Omega(loss_mask=tuple(episode.loss_mask), group=self.group_of(episode.env, example)),
             sampler_logprobs=tuple(episode.logprobs), prompt_key=example.id,
-            meta={**self.summary(episode.infos[-1]), "stop": episode.stop_reason, **(meta or {})},
+            meta={**self.summary(episode.infos[-1]), "stop": episode.stop_reason, **self._opponent_meta(example),
+                  **(meta or {})},
         )
 
     # ----- text level -------------------------------------------------------------------------
     def play_episode(self, example: Example, policy: Policy | str) -> TextEpisode:
         """Play the example's episode with ``policy(messages) -> str`` or a rule-based spec such as
         ``"rule:NAME"`` (demonstrations). The policy sees the whole conversation every turn."""
-        env = self.make_env()
+        env = self.env_for(example)
         obs, info = env.begin_episode(example.meta["episode_seed"])
         messages = [{"role": "system", "content": env.system_prompt}, {"role": "user", "content": obs}]
         player = self.make_bot(policy, env) if isinstance(policy, str) else None
@@ -259,7 +340,8 @@ class EpisodicTaskAdapter(MultiTurnTaskAdapter):
             if not done or self.options.final_observation:
                 messages.append({"role": "user", "content": obs})
         return TextEpisode(example.id, tuple(messages), tuple(rewards), sum(rewards) / self.reward_scale,
-                           self.episode_group(env), {**info, **self.summary(info)}, env.log)
+                           self.group_of(env, example), {**info, **self.summary(info), **self._opponent_meta(example)},
+                           env.log)
 
     def episode_to_tokens(self, episode: TextEpisode, tokenizer) -> EpisodeTokens:
         """Tokenize a text-level episode with the chat template; mask = assistant tokens only."""
@@ -285,4 +367,8 @@ class EpisodicTaskAdapter(MultiTurnTaskAdapter):
         )
 
     def summary(self, info: dict[str, Any]) -> dict[str, Any]:
-        return {key: info[key] for key in self.SUMMARY_KEYS if key in info}
+        return {key: info[key] for key in self.SUMMARY_KEYS + ("opponent",) if key in info}
+
+    @staticmethod
+    def _opponent_meta(example: Example) -> dict[str, str]:
+        return {"opponent": example.meta["opponent"]} if "opponent" in example.meta else {}

@@ -33,7 +33,7 @@ SCAFFOLDS = {
 # The README's edit, made in the generated file only: three-handed at 25/50 against a TAG and a LAG.
 EDITS = [("seats: int = 2", "seats: int = 3"), ("small_blind: int = 5", "small_blind: int = 25"),
          ("big_blind: int = 10", "big_blind: int = 50"),
-         ('opponent: str = "rule:calling"', 'opponent: str = "rule:tag,rule:lag"')]
+         ('opponent: str = "rule:calling"', 'opponent: str = "rule:tag+rule:lag"')]
 
 
 @pytest.fixture(scope="module")
