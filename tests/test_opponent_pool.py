@@ -120,3 +120,27 @@ def test_moba_pools_its_foes_the_same_way():
         assert isinstance(foe, {"rule:farmer": Farmer, "rule:pusher": Pusher}[spec])
         assert adapter.group_key(example).endswith(f"|vs {spec}")
     assert eval_game(adapter.options)["opponents"] == "rule:farmer,rule:pusher"
+
+
+def test_held_out_play_is_summarized_per_lineup_when_pooled(tiny_tokenizer):
+    import dataclasses
+
+    from echo2_sdk.runtime.driver.evaluation import format_eval
+    from echo2_sdk.runtime.rollout.episodes import summarize_rollouts
+
+    pooled = PokerAdapter({**SMALL, "opponent": "rule:tag, rule:calling"})
+    records = []
+    for example in pooled.examples("train")[:10]:
+        episode = pooled.play_episode(example, "rule:calling")
+        record = pooled.episode_to_rollout(episode, tiny_tokenizer)
+        turns = sum(m["role"] == "assistant" for m in episode.messages)
+        records.append(dataclasses.replace(record, meta={**record.meta, "turns": turns}))
+    summary = summarize_rollouts(records)
+    assert set(summary["by_opponent"]) == {"rule:tag", "rule:calling"}
+    for spec, part in summary["by_opponent"].items():
+        mine = [r.reward for r in records if r.meta["opponent"] == spec]
+        assert part["episodes"] == len(mine) and part["mean_return"] == pytest.approx(sum(mine) / len(mine))
+    assert sum(p["episodes"] for p in summary["by_opponent"].values()) == summary["episodes"] == 10
+    assert "; vs rule:calling: return" in format_eval(summary)
+    alone = [dataclasses.replace(r, meta={**r.meta, "opponent": "rule:tag"}) for r in records]
+    assert "by_opponent" not in summarize_rollouts(alone)

@@ -135,6 +135,17 @@ def summarize_rollouts(rollouts: Sequence[Rollout]) -> dict[str, Any]:
     """
     if not rollouts:
         raise ValueError("summarize_rollouts needs at least one record")
+    summary = _play_summary(rollouts)
+    opponents = sorted({str(r.meta["opponent"]) for r in rollouts if "opponent" in r.meta})
+    if len(opponents) > 1:  # an opponent pool: the same figures per line-up (a gain on one may hide a loss on another)
+        summary["by_opponent"] = {
+            o: {k: v for k, v in _play_summary([r for r in rollouts if r.meta.get("opponent") == o]).items()
+                if k in ("episodes", "mean_return", "return_ci95", "legal_action_rate", "chips_per_hand")}
+            for o in opponents}
+    return summary
+
+
+def _play_summary(rollouts: Sequence[Rollout]) -> dict[str, Any]:
     totals = {key: sum(float(r.meta.get(key, 0) or 0) for r in rollouts) for key in COUNTERS}
     turns, invalid, forced = totals["turns"], totals["invalid_actions"], totals["forced_actions"]
     decisions = turns - invalid + forced  # every accepted reply, plus every forced action
