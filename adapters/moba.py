@@ -29,7 +29,7 @@ from typing import Any
 from echo2_sdk.adapter import Example
 from echo2_sdk.envs.moba import MobaConfig, MobaEnv, make_player
 from echo2_sdk.evaluation import HeadToHead
-from echo2_sdk.episodic import EpisodicTaskAdapter, TextEpisode, lineup_seats, opponent_pool
+from echo2_sdk.episodic import EpisodicTaskAdapter, TextEpisode, lineup_seats, opponent_columns
 from echo2_sdk.registry import register_task
 
 SUMMARY_KEYS = ("outcome", "tick", "gold_earned", "last_hits", "kills", "deaths", "structure_damage",
@@ -104,9 +104,6 @@ class MobaAdapter(EpisodicTaskAdapter):
         line-up ``opponent`` (``None``: the pool's first)."""
         return MobaEnv(self.config_against(opponent), llm_policy_factory=self.llm_policy_factory)
 
-    def config_against(self, opponent: str | None) -> MobaConfig:
-        """The game's config with the line-up ``opponent`` as the foes (``None``: as configured)."""
-        return self.config if opponent is None else dataclasses.replace(self.config, opponents=lineup_seats(opponent))
 
     def episode_group(self, env: MobaEnv) -> str:
         return env.lane_bucket or "none"
@@ -127,4 +124,4 @@ def eval_game(options: MobaAdapter.Options) -> dict[str, Any]:
     {'team_size': 1, 'opponents': 'rule:farmer,rule:pusher'}
     """
     return {"team_size": options.team_size,
-            "opponents": ",".join(lineup for lineup, _ in opponent_pool(options.opponent))}
+            "opponents": opponent_columns(options.opponent)}

@@ -40,7 +40,7 @@ from typing import Any
 from echo2_sdk.adapter import Example
 from echo2_sdk.envs.poker import PokerConfig, PokerEnv, make_player
 from echo2_sdk.evaluation import HeadToHead
-from echo2_sdk.episodic import EpisodeTokens, EpisodicTaskAdapter, TextEpisode, lineup_seats, opponent_pool
+from echo2_sdk.episodic import EpisodeTokens, EpisodicTaskAdapter, TextEpisode, lineup_seats, opponent_columns
 from echo2_sdk.registry import register_task
 
 __all__ = ["PokerAdapter", "PokerEpisode", "EpisodeTokens"]
@@ -123,9 +123,6 @@ class PokerAdapter(EpisodicTaskAdapter):
         line-up ``opponent`` (``None``: the pool's first)."""
         return PokerEnv(self.config_against(opponent), llm_policy_factory=self.llm_policy_factory)
 
-    def config_against(self, opponent: str | None) -> PokerConfig:
-        """The table's config with the line-up ``opponent`` in the other seats (``None``: as configured)."""
-        return self.config if opponent is None else dataclasses.replace(self.config, opponents=lineup_seats(opponent))
 
     def episode_group(self, env: PokerEnv) -> str:
         return env.hand_bucket or "none"
@@ -149,4 +146,4 @@ def eval_table(options: PokerAdapter.Options) -> dict[str, Any]:
     """
     return {"seats": options.seats, "blinds": f"{options.small_blind}/{options.big_blind}",
             "stack": options.starting_stack,
-            "opponents": ",".join(lineup for lineup, _ in opponent_pool(options.opponent))}
+            "opponents": opponent_columns(options.opponent)}

@@ -31,6 +31,7 @@ options have ``opponent`` builds envs with ``make_env(opponent=LINEUP)`` (``None
 from __future__ import annotations
 
 import abc
+import dataclasses
 import math
 import random
 import re
@@ -88,6 +89,15 @@ def lineup_seats(lineup: str) -> tuple[str, ...]:
     ('rule:tag', 'rule:lag')
     """
     return tuple(part.strip() for part in lineup.split("+"))
+
+
+def opponent_columns(text: str) -> str:
+    """The line-ups of an opponent pool as ``echo2 eval --opponents`` columns (weights dropped).
+
+    >>> opponent_columns("3 rule:tag, rule:tag + rule:lag")
+    'rule:tag,rule:tag+rule:lag'
+    """
+    return ",".join(lineup for lineup, _ in opponent_pool(text))
 
 
 def pick_spec(mixture: Sequence[tuple[str, float]], key: str) -> str:
@@ -200,6 +210,11 @@ class EpisodicTaskAdapter(MultiTurnTaskAdapter):
     def pooled(self) -> bool:
         """Whether episodes draw their opponents from a pool of more than one line-up."""
         return len(self.opponents) > 1
+
+    def config_against(self, opponent: str | None):
+        """``self.config`` (an env config with an ``opponents`` field) with the line-up ``opponent`` in the
+        other seats; ``None``: as configured."""
+        return self.config if opponent is None else dataclasses.replace(self.config, opponents=lineup_seats(opponent))
 
     def env_for(self, example: Example):
         """A fresh env for ``example``: against the line-up it drew when the opponents are pooled."""

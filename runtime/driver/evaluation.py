@@ -180,10 +180,8 @@ def format_eval(ev: dict) -> str:
     """One line of an evaluation's headline figures (for the run log)."""
     if "legal_action_rate" in ev:  # multi-turn: "accuracy" would only be the share of winning episodes
         keys = [k for k in ("episodes", "mean_return", "chips_per_hand", "legal_action_rate") if ev.get(k) is not None]
-        line = ", ".join(f"{k}={ev[k]:.3f}" if isinstance(ev[k], float) else f"{k}={ev[k]}" for k in keys)
-        by = ev.get("by_opponent") or {}
-        return line + "".join(f"; vs {o}: return {v['mean_return']:.3f}, legal {v['legal_action_rate'] or 0:.3f}"
-                              for o, v in by.items())
     else:
         keys = [k for k in ev if k.startswith("avg@") or k in ("accuracy", "num_examples")]
-    return ", ".join(f"{k}={ev[k]:.3f}" if isinstance(ev[k], float) else f"{k}={ev[k]}" for k in keys)
+    line = ", ".join(f"{k}={ev[k]:.3f}" if isinstance(ev[k], float) else f"{k}={ev[k]}" for k in keys)
+    return line + "".join(f"; vs {o}: return {v['mean_return']:.3f}, legal {v['legal_action_rate'] or 0:.3f}"
+                          for o, v in (ev.get("by_opponent") or {}).items())
