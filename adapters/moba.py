@@ -65,6 +65,9 @@ class MobaAdapter(EpisodicTaskAdapter):
         win_reward: float = 10.0
         final_observation: bool = False
         """Append the closing observation as a last user turn (bookkeeping, mask 0)."""
+        invalid_action_penalty: float = 0.2
+        """R loses this much per refused reply (0.2 = a last hit's gold): a hold is always cheaper than a
+        refused reply, so RL cannot learn gibberish as a free hold."""
         num_train: int = 4096
         num_eval: int = 256
         num_sft: int = 256

@@ -74,16 +74,20 @@ class PokerAdapter(EpisodicTaskAdapter):
         show_history: bool = True
         reward_unit: str = "big_blind"
         """``big_blind`` (R in big blinds) or ``chip``."""
+        invalid_action_penalty: float = 1.0
+        """R loses this much (in ``reward_unit``) per refused reply; 1 big blind, more than folding the small
+        blind: a legal fold is always the cheapest way out, so RL cannot learn gibberish as a free fold."""
         final_observation: bool = False
         """Append the closing observation (hand results) as a last user turn (bookkeeping, mask 0)."""
         num_train: int = 4096
         num_eval: int = 256
         num_sft: int = 256
         """Demonstrations in the ``sft`` split (the warm start): one decision of a ``demonstrator`` episode each."""
-        demonstrator: str = "rule:random"
-        """Who plays the demonstrations. The default (uniform over legal actions) teaches the action
-        format without a strategy, leaving the strategy to RL; ``rule:tag`` imitates a tight player; a
-        weighted mixture (``"2 rule:tag, rule:lag, rule:calling"``) draws one player per demonstration."""
+        demonstrator: str = "2 rule:tag, rule:lag, rule:calling"
+        """Who plays the demonstrations: a weighted mixture draws one player per demonstration. The
+        default mixes three rule styles so the warm start sees every action (fold, check, call, bets and
+        raises of many sizes) in legal spots; ``rule:random`` (uniform over legal actions) taught
+        ``all-in`` and illegal sizes to the tiny model, ``rule:tag`` alone imitates one tight player."""
 
     def __init__(self, options: Any = None, *, seed: int = 0) -> None:
         super().__init__(options, seed=seed)

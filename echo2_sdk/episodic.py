@@ -143,7 +143,7 @@ class EpisodicTaskAdapter(MultiTurnTaskAdapter):
     SUMMARY_KEYS: tuple[str, ...] = ("invalid_actions", "forced_actions", "opponent_invalid_actions")
     """Keys of the env's final info copied into each record's meta (and evaluation summaries)."""
     reward_scale: float = 1.0
-    """R = Σ r_t / reward_scale (poker: chips → big blinds)."""
+    """R = Σ r_t / reward_scale (poker: chips → big blinds), less the refusal penalty (:meth:`episode_return`)."""
 
     def __init__(self, options: Any = None, *, seed: int = 0) -> None:
         super().__init__(options, seed=seed)
@@ -325,7 +325,7 @@ class EpisodicTaskAdapter(MultiTurnTaskAdapter):
         """τ = (x, y, r, v, Ω) of a finished token-level episode."""
         return Rollout(
             prompt_ids=tuple(episode.prompt_ids), completion_ids=tuple(episode.completion_ids),
-            reward=episode.total_reward / self.reward_scale, version=version,
+            reward=self.episode_return(episode.rewards, episode.infos), version=version,
             omega=Omega(loss_mask=tuple(episode.loss_mask), group=self.group_of(episode.env, example)),
             sampler_logprobs=tuple(episode.logprobs), prompt_key=example.id,
             meta={**self.summary(episode.infos[-1]), "stop": episode.stop_reason, **self._opponent_meta(example),
@@ -342,7 +342,7 @@ class EpisodicTaskAdapter(MultiTurnTaskAdapter):
         player = self.make_bot(policy, env) if isinstance(policy, str) else None
         if player is not None and hasattr(player, "begin"):  # seeded players restart per episode
             player.begin(example.meta["episode_seed"])
-        feedback, done, rewards = None, False, []
+        feedback, done, rewards, infos = None, False, [], []
         while not done:
             if player is not None:
                 reply = self.bot_reply(player, env, feedback)
@@ -351,10 +351,11 @@ class EpisodicTaskAdapter(MultiTurnTaskAdapter):
             obs, reward, terminated, truncated, info = env.step(reply)
             messages.append({"role": "assistant", "content": env.log.turns[-1].action if env.log else str(reply)})
             rewards.append(reward)
+            infos.append(info)
             feedback, done = info["invalid_reason"], terminated or truncated
             if not done or self.options.final_observation:
                 messages.append({"role": "user", "content": obs})
-        return TextEpisode(example.id, tuple(messages), tuple(rewards), sum(rewards) / self.reward_scale,
+        return TextEpisode(example.id, tuple(messages), tuple(rewards), self.episode_return(rewards, infos),
                            self.group_of(env, example), {**info, **self.summary(info), **self._opponent_meta(example)},
                            env.log)
 
@@ -380,6 +381,19 @@ class EpisodicTaskAdapter(MultiTurnTaskAdapter):
             sampler_logprobs=(0.0,) * len(tokens.completion_ids), prompt_key=episode.example_id,
             meta=self.summary(episode.info),
         )
+
+    def episode_return(self, rewards: Sequence[float], infos: Sequence[dict[str, Any]]) -> float:
+        """R of an episode: Σ r_t / ``reward_scale`` less ``invalid_action_penalty`` per refused reply (a step
+        whose info has an ``invalid_reason``). Without the penalty a refusal costs only what the env's
+        fallback move costs, so RL can learn gibberish as a cheap fold; a task without the option pays none.
+
+        >>> from echo2_sdk.adapters.poker import PokerAdapter
+        >>> PokerAdapter({"invalid_action_penalty": 0.5}).episode_return([0, -10], [{"invalid_reason": "bad"}, {"invalid_reason": None}])
+        -1.5
+        """
+        penalty = float(getattr(self.options, "invalid_action_penalty", 0.0))
+        refused = sum(1 for info in infos if info.get("invalid_reason") is not None)
+        return sum(rewards) / self.reward_scale - penalty * refused
 
     def summary(self, info: dict[str, Any]) -> dict[str, Any]:
         return {key: info[key] for key in self.SUMMARY_KEYS + ("opponent",) if key in info}

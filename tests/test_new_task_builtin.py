@@ -196,3 +196,19 @@ def test_two_training_steps_of_the_generated_poker_task(tmp_path):
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["steps"] == 2 and summary["samples_accepted"] >= 2 * 2 * 2 and summary["samples_rejected"] == 0
     assert summary["config"]["task"]["name"] == f"{(tmp_path / 'poker' / 'poker_task.py').resolve()}:PokerTask"
+
+
+@pytest.mark.parametrize("name", ["poker", "moba"])
+def test_a_generated_game_config_trains_with_the_example_configs_values(tasks, name):
+    """The generated NAME.yaml says its values are examples/NAME.yaml's: every section but the task's
+    name matches, and the task options it sets are the ones the example sets."""
+    import yaml
+
+    from echo2_sdk.config import load_config, to_dict
+
+    generated = to_dict(load_config(str(tasks / name / f"{name}.yaml")))
+    example = to_dict(load_config(str(Path(__file__).resolve().parents[1] / "examples" / f"{name}.yaml")))
+    generated_task, example_task = generated.pop("task"), example.pop("task")
+    assert generated == example
+    assert generated_task["options"] == example_task["options"]
+    assert yaml.safe_load((tasks / name / f"{name}.yaml").read_text())["model"]["tiny"]["tokenizer"] == "task"

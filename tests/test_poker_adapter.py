@@ -89,6 +89,30 @@ def test_token_level_episode_matches_the_text_level_one(tiny_tokenizer):
         assert rollout.meta["invalid_actions"] >= 1 and rollout.meta["stop"] == "terminated"
 
 
+def test_every_refused_reply_costs_the_penalty_so_gibberish_is_never_a_cheap_fold(tiny_tokenizer):
+    """The same moves, once with a refusal before each: the return drops by the penalty per refusal, in
+    both the token-level record and the text-level episode; the refused-then-forced fold costs more
+    than folding."""
+    options = {"num_train": 1, "num_eval": 1, "opponent": "rule:calling", "max_invalid_actions": 1}
+    example = PokerAdapter(options).examples("train")[0]
+    results = {}
+    for penalty in (0.0, 1.0):
+        adapter = PokerAdapter({**options, "invalid_action_penalty": penalty})
+        for script in (["fold"], ["nonsense", "fold"], ["nonsense", "nonsense"]):
+            session = adapter.open_episode(example, tiny_tokenizer)
+            replies = iter(script)
+            while not session.done:
+                session.submit_text(next(replies))
+            rollout = adapter.to_rollout(session, example=example, version=0)
+            replies = iter(script)
+            assert adapter.play_episode(example, lambda messages: next(replies)).reward == rollout.reward
+            results[penalty, len(script), script[-1]] = rollout.reward, rollout.meta["invalid_actions"]
+    fold, _ = results[0.0, 1, "fold"]
+    assert results[0.0, 2, "fold"] == (fold, 1) and results[0.0, 2, "nonsense"] == (fold, 2)  # forced fold
+    assert results[1.0, 1, "fold"] == (fold, 0)
+    assert results[1.0, 2, "fold"] == (fold - 1.0, 1) and results[1.0, 2, "nonsense"] == (fold - 2.0, 2)
+
+
 def test_sampled_tokens_and_logprobs_stay_aligned(tiny_tokenizer):
     tok = tiny_tokenizer
     adapter = PokerAdapter({"num_train": 1, "num_eval": 1, "opponent": "rule:calling"})

@@ -87,7 +87,8 @@ def test_lock_step_episodes_give_valid_records_whose_masks_decode_to_the_actions
             replies_seen += [t.removesuffix("<|im_end|>") for t in turns]
             assert [lp for lp, m in zip(rec.sampler_logprobs, rec.omega.loss_mask) if m] == [-0.25] * sum(rec.omega.loss_mask)
             assert all(lp == 0.0 for lp, m in zip(rec.sampler_logprobs, rec.omega.loss_mask) if not m)
-            assert rec.meta["hands_played"] == 2 and rec.reward == rec.meta["chips"] / 10
+            assert rec.meta["hands_played"] == 2  # R: chips in big blinds, less 1 BB (the default penalty) per refusal
+            assert rec.reward == rec.meta["chips"] / 10 - 1.0 * rec.meta["invalid_actions"]
     assert sorted(replies_seen) == sorted(backend.sent)  # every sampled reply is trained on, nothing else
     play = summarize_rollouts([r for g in batch.groups for r in g.rollouts])
     assert 0 < play["legal_action_rate"] < 1  # "nonsense" is refused, the rest mostly accepted

@@ -111,7 +111,7 @@ def test_turns_and_episodes_are_several_times_shorter(fitted, char, name, at_lea
     tok, adapter = fitted[name], TASKS[name]()
     longest = {"char": 0, "task": 0}
     for example in list(adapter.examples("eval"))[:16]:
-        episode = adapter.play_episode(example, adapter.options.demonstrator)
+        episode = adapter.play_episode(example, adapter.demonstrators[0][0])  # the mixture's first style
         for turn in episode.log.turns:
             text = f"{IM_START}user\n{turn.observation}{IM_END}\n{IM_START}assistant\n{turn.action}{IM_END}\n"
             assert len(encode(char, text)) >= at_least * len(encode(tok, text)), text
@@ -194,8 +194,9 @@ def test_config_field():
         load_config(None, ["model.tiny.tokenizer=bpe"])
     with pytest.raises(ConfigError, match="task_vocab_size"):
         load_config(None, ["model.tiny.task_vocab_size=64"])
-    for example in ("poker", "moba"):  # the examples keep characters until their warm start is retuned (README)
-        assert load_config(str(Path(__file__).parents[1] / "examples" / f"{example}.yaml")).model.tiny.tokenizer == "char"
+    for example in ("poker", "moba"):  # the multi-turn examples fit their tokenizer; arith keeps characters
+        assert load_config(str(Path(__file__).parents[1] / "examples" / f"{example}.yaml")).model.tiny.tokenizer == "task"
+    assert load_config(str(Path(__file__).parents[1] / "examples" / "quickstart.yaml")).model.tiny.tokenizer == "char"
 
 
 def test_the_default_corpus_serves_single_turn_and_generated_multi_turn_tasks(tmp_path):
@@ -249,5 +250,6 @@ def test_echo2_check_uses_the_configs_fitted_tokenizer(monkeypatch, capsys):
     assert main(["check", "--config", moba, "--set", "model.tiny.tokenizer=task", "--episodes", "1",
                  "--max-examples", "2"]) == 0
     assert fitted_for == ["moba"] and "0 failed" in capsys.readouterr().out
-    assert main(["check", "--config", moba, "--episodes", "1", "--max-examples", "2"]) == 0  # characters
+    assert main(["check", "--config", moba, "--set", "model.tiny.tokenizer=char", "--episodes", "1",
+                 "--max-examples", "2"]) == 0  # characters
     assert fitted_for == ["moba"]
