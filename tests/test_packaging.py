@@ -55,10 +55,11 @@ def test_installed_cli_loads_the_shipped_poker_config(installed_tree: Path, tmp_
     cfg, defaults = json.loads(proc.stdout), load_config(None, ["task.name=poker"])
     # poker.yaml's values, each of which differs from the defaults a missing example would fall back to
     assert cfg["task"]["name"] == "poker"
-    assert (cfg["train"]["steps"], defaults.train.steps) == (20, 100)
+    assert (cfg["model"]["tiny"]["tokenizer"], defaults.model.tiny.tokenizer) == ("task", "char")
     assert (cfg["train"]["prompts_per_step"], defaults.train.prompts_per_step) == (2, 16)
-    assert cfg["rollout"]["max_new_tokens"] == 12 != defaults.rollout.max_new_tokens
-    assert cfg["model"]["warm_start"]["enabled"] is True and cfg["model"]["warm_start"]["epochs"] == 3
+    assert cfg["rollout"]["max_new_tokens"] == 6 != defaults.rollout.max_new_tokens
+    assert cfg["task"]["options"] == {"num_sft": 512, "max_invalid_actions": 1}
+    assert cfg["model"]["warm_start"]["enabled"] is True and cfg["model"]["warm_start"]["epochs"] == 4
 
 
 def test_installed_cli_rejects_a_task_with_neither_example_nor_adapter(installed_tree: Path, tmp_path: Path) -> None:
