@@ -151,6 +151,11 @@ class EpisodicTaskAdapter(MultiTurnTaskAdapter):
         if opts.num_train < 1 or opts.num_eval < 1 or opts.num_sft < 0:
             raise ValueError(f"task.options.num_train={opts.num_train} and num_eval={opts.num_eval} must be >= 1, "
                              f"num_sft={opts.num_sft} >= 0")
+        self.invalid_action_penalty = float(getattr(opts, "invalid_action_penalty", 0.0))
+        """R lost per refused reply (:meth:`episode_return`); 0 for a task whose Options lack the field."""
+        if not math.isfinite(self.invalid_action_penalty) or self.invalid_action_penalty < 0:
+            raise ValueError(f"task.options.invalid_action_penalty={self.invalid_action_penalty!r} must be a finite "
+                             "number >= 0 (a negative one would pay for unusable replies); use e.g. 1.0")
         self.demonstrators = weighted_specs(opts.demonstrator)
         """The demonstrator mixture: one spec is drawn per demonstration (and per tokenizer-corpus) episode."""
         pool = getattr(opts, "opponent", None)
@@ -391,9 +396,8 @@ class EpisodicTaskAdapter(MultiTurnTaskAdapter):
         >>> PokerAdapter({"invalid_action_penalty": 0.5}).episode_return([0, -10], [{"invalid_reason": "bad"}, {"invalid_reason": None}])
         -1.5
         """
-        penalty = float(getattr(self.options, "invalid_action_penalty", 0.0))
         refused = sum(1 for info in infos if info.get("invalid_reason") is not None)
-        return sum(rewards) / self.reward_scale - penalty * refused
+        return sum(rewards) / self.reward_scale - self.invalid_action_penalty * refused
 
     def summary(self, info: dict[str, Any]) -> dict[str, Any]:
         return {key: info[key] for key in self.SUMMARY_KEYS + ("opponent",) if key in info}

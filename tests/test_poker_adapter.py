@@ -113,6 +113,12 @@ def test_every_refused_reply_costs_the_penalty_so_gibberish_is_never_a_cheap_fol
     assert results[1.0, 2, "fold"] == (fold - 1.0, 1) and results[1.0, 2, "nonsense"] == (fold - 2.0, 2)
 
 
+@pytest.mark.parametrize("penalty", [-1.0, float("nan"), float("inf")])
+def test_a_negative_or_non_finite_penalty_is_refused_with_the_option_and_the_fix(penalty):
+    with pytest.raises(ValueError, match=r"task.options.invalid_action_penalty=.*must be a finite number >= 0.*use e.g. 1.0"):
+        PokerAdapter({"num_train": 1, "num_eval": 1, "invalid_action_penalty": penalty})
+
+
 def test_sampled_tokens_and_logprobs_stay_aligned(tiny_tokenizer):
     tok = tiny_tokenizer
     adapter = PokerAdapter({"num_train": 1, "num_eval": 1, "opponent": "rule:calling"})
