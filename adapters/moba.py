@@ -47,10 +47,10 @@ class MobaAdapter(EpisodicTaskAdapter):
 
     @dataclass(frozen=True)
     class Options:
-        opponent: str = "rule:pusher"
+        opponent: str = "rule:pusher, rule:farmer"
         """The foe heroes: a spec (``rule:farmer|pusher|random``, ``llm:PATH``) for every foe, ``A+B`` for
         one per foe, or a weighted pool of such line-ups, ``"2 rule:pusher, rule:farmer"``: each game draws
-        one (recorded in the records' meta, and in Ω.group when pooled)."""
+        one (recorded in the records' meta, and in Ω.group when pooled). Default: both rule styles."""
         team_size: int = 1
         """1 (1v1) or 2 (2v2, with an ``ally`` bot)."""
         ally: str = "rule:farmer"
@@ -72,9 +72,10 @@ class MobaAdapter(EpisodicTaskAdapter):
         num_eval: int = 256
         num_sft: int = 256
         """Demonstrations in the ``sft`` split (the warm start): one decision of a ``demonstrator`` episode each."""
-        demonstrator: str = "rule:farmer"
+        demonstrator: str = "2 rule:farmer, rule:pusher"
         """Who plays the demonstrations (teaches the action format and a sane default strategy); a weighted
-        mixture (``"2 rule:farmer, rule:pusher"``) draws one player per demonstration."""
+        mixture draws one player per demonstration. The default mixes both styles: imitating the farmer
+        alone, the eight episodes of a lane all opened with the same action (nothing for GRPO to compare)."""
 
     def __init__(self, options: Any = None, *, seed: int = 0) -> None:
         super().__init__(options, seed=seed)

@@ -118,6 +118,11 @@ class AlgoConfig:
     """Registered advantage estimator (``grpo``: (r-mean)/std; ``dr_grpo``: r-mean)."""
     grouping: Literal["prompt", "key", "batch"] = "prompt"
     """Advantage groups: by prompt, by the task's Ω.group key, or the whole batch."""
+    turn_advantage_weight: float = 0.0
+    """ω of GiGPO's step-level term, for multi-turn tasks: each assistant turn's advantage becomes the
+    episode's plus ω × its advantage among the group's turns taken from the same state (identical history;
+    ``echo2_sdk.signals.turn_advantages``). 0 (default): one advantage per episode. A single-turn task's
+    one turn shares its state with the whole group, so there ω only scales the advantage by 1 + ω."""
     lr: float = 1e-4
     """AdamW learning rate."""
     weight_decay: float = 0.0
@@ -150,7 +155,7 @@ class AlgoConfig:
         if not (self.lr > 0 and math.isfinite(self.lr)):
             raise ConfigError(f"algo.lr={self.lr} must be a finite number > 0, e.g. 1e-6 for a 7B model or 3e-4 "
                               "for the tiny one")
-        for name in ("weight_decay", "clip_eps_low", "clip_eps_high", "kl_coef"):
+        for name in ("weight_decay", "clip_eps_low", "clip_eps_high", "kl_coef", "turn_advantage_weight"):
             value = getattr(self, name)
             if not (value >= 0 and math.isfinite(value)):
                 raise ConfigError(f"algo.{name}={value} must be a finite number >= 0")

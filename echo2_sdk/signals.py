@@ -122,3 +122,77 @@ def broadcast_to_tokens(advantages: torch.Tensor, loss_mask: torch.Tensor) -> to
         [B, T] per-token advantages (0 where the mask is 0).
     """
     return advantages[:, None].to(loss_mask.dtype) * loss_mask
+
+
+def turn_spans(loss_mask: Sequence[int]) -> list[tuple[int, int]]:
+    """The assistant turns of a completion: [start, end) of each run of trained (mask 1) tokens.
+
+    >>> turn_spans([0, 1, 1, 0, 0, 1, 0, 1])
+    [(1, 3), (5, 6), (7, 8)]
+    """
+    spans, start = [], None
+    for i, m in enumerate(list(loss_mask) + [0]):
+        if m and start is None:
+            start = i
+        elif not m and start is not None:
+            spans.append((start, i))
+            start = None
+    return spans
+
+
+def turn_state_keys(prompt_ids: Sequence[int], completion_ids: Sequence[int],
+                    spans: Sequence[tuple[int, int]]) -> list[int]:
+    """One state key per assistant turn: a hash of every token before it (prompt, earlier turns, the env's
+    replies). Two episodes of a group reach the same state exactly when their histories are identical, which
+    in an env whose randomness the group shares (one seed per deal or lane) means the same situation."""
+    history = tuple(prompt_ids) + tuple(completion_ids)
+    return [hash(history[: len(prompt_ids) + start]) for start, _ in spans]
+
+
+def turn_advantages(rewards: Sequence[float], keys: Sequence[str], turn_states: Sequence[Sequence[int]],
+                    estimator: str = "grpo") -> list[list[float]]:
+    """GiGPO's step-level advantages (Feng et al., 2025): each assistant turn's advantage among the turns,
+    in the same group, taken from the same state — the episodes whose histories are identical up to it.
+
+    Each turn is scored by its episode's whole return (γ = 1): in an env whose rewards so far are a function
+    of the history, the difference of two whole returns from one state is the difference of their returns
+    from that state on. A state reached by one episode only gives 0 (nothing to compare with), so the first
+    turn of a group that shares its prompt gets the episode-level advantage again, and later turns are
+    credited only against episodes that played the same hand so far.
+
+    Args:
+        rewards: [N] episode returns. keys: [N] group keys. turn_states: [N] lists of per-turn state keys
+            (:func:`turn_state_keys`). estimator: a registered advantage estimator.
+    Returns:
+        [N] lists, one float per turn of that sample.
+
+    >>> [[round(a, 3) for a in t] for t in turn_advantages([1.0, 0.0, 2.0], ["g"] * 3, [[7, 8], [7, 8], [7, 9]], "dr_grpo")]
+    [[0.0, 0.5], [-1.0, -0.5], [1.0, 0.0]]
+    """
+    if not len(rewards) == len(keys) == len(turn_states):
+        raise ValueError(f"{len(rewards)} rewards, {len(keys)} group keys, {len(turn_states)} turn-state lists")
+    flat_rewards = [float(r) for r, states in zip(rewards, turn_states) for _ in states]
+    flat_keys = [f"{k}\x00{s}" for k, states in zip(keys, turn_states) for s in states]
+    if not flat_rewards:
+        return [[] for _ in rewards]
+    flat = compute_advantages(flat_rewards, flat_keys, estimator).tolist()
+    out, i = [], 0
+    for states in turn_states:
+        out.append(flat[i: i + len(states)])
+        i += len(states)
+    return out
+
+
+def shared_turn_fraction(keys: Sequence[str], turn_states: Sequence[Sequence[int]]) -> float:
+    """Fraction of the turns whose state another episode of their group also reached (the turns a step-level
+    advantage can compare; the rest get 0 from it).
+
+    >>> shared_turn_fraction(["g", "g"], [[1, 2], [1, 3]])
+    0.5
+    """
+    counts: dict[tuple[str, int], int] = {}
+    for key, states in zip(keys, turn_states):
+        for s in states:
+            counts[(key, s)] = counts.get((key, s), 0) + 1
+    total = sum(counts.values())
+    return sum(c for c in counts.values() if c > 1) / total if total else 0.0

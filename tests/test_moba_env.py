@@ -131,7 +131,8 @@ def test_adapter_examples_sft_and_text_episodes(tiny_tokenizer):
     episode = adapter.play_episode(train[0], "rule:farmer")
     replies = [m for m in episode.messages if m["role"] == "assistant"]
     assert len(replies) == 4 and episode.info["outcome"] == "timeout"  # ticks 24..27
-    assert episode.reward == pytest.approx(sum(episode.rewards)) and episode.group in ("ahead", "even", "behind")
+    assert episode.reward == pytest.approx(sum(episode.rewards)) and episode.group in (
+        f"{lane}|vs {train[0].meta['opponent']}" for lane in ("ahead", "even", "behind"))  # the default pools two foes
     tokens = adapter.episode_to_tokens(episode, tiny_tokenizer)
     assert len(tokens.loss_mask) == len(tokens.completion_ids) and 0 < sum(tokens.loss_mask) < len(tokens.loss_mask)
 

@@ -33,7 +33,7 @@ SCAFFOLDS = {
 # The README's edit, made in the generated file only: three-handed at 25/50 against a TAG and a LAG.
 EDITS = [("seats: int = 2", "seats: int = 3"), ("small_blind: int = 5", "small_blind: int = 25"),
          ("big_blind: int = 10", "big_blind: int = 50"),
-         ('opponent: str = "rule:calling"', 'opponent: str = "rule:tag+rule:lag"')]
+         ('opponent: str = "rule:calling, rule:tag, rule:lag"', 'opponent: str = "rule:tag+rule:lag"')]
 
 
 @pytest.fixture(scope="module")
@@ -116,7 +116,7 @@ def test_eval_plays_the_edited_table(tasks, capsys, monkeypatch):
     result = json.loads(capsys.readouterr().out)
     assert result["table"]["big_blind"] == 100 and result["opponents"] == ["rule:calling"]
     assert main(["eval", "--config", "moba/moba.yaml", "--episodes", "2", "--json"]) == 0
-    assert json.loads(capsys.readouterr().out)["opponents"] == ["rule:pusher"]
+    assert json.loads(capsys.readouterr().out)["opponents"] == ["rule:pusher", "rule:farmer"]
     # A registered name keeps its evaluation's own defaults (all three styles heads-up at 5/10).
     assert main(["eval", "--task", "poker", "--hands", "2", "--json"]) == 0
     result = json.loads(capsys.readouterr().out)

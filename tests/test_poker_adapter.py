@@ -192,7 +192,7 @@ def test_sft_demonstrations_are_legal_decisions_of_the_demonstrator(tiny_tokeniz
         messages = adapter.build_messages(demo)
         assert messages[0]["role"] == "system" and messages[-1]["role"] == "user"
         # Replaying the conversation's earlier replies, then the answer: the env accepts the answer.
-        env = adapter.make_env()
+        env = adapter.env_for(demo)  # against the line-up the demonstration drew
         env.begin_episode(demo.meta["episode_seed"])
         for message in messages[2::2]:
             env.step(message["content"])

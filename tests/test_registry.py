@@ -24,7 +24,7 @@ class Echo(TaskAdapter):
 def test_builtins_are_known_and_unknown_names_list_them():
     assert {"arith", "aime24", "poker"} <= set(known_tasks())
     poker = get_task_class("poker")
-    assert issubclass(poker, MultiTurnTaskAdapter) and make_task("poker").options.opponent == "rule:calling"
+    assert issubclass(poker, MultiTurnTaskAdapter) and make_task("poker").options.opponent == "rule:calling, rule:tag, rule:lag"
     with pytest.raises(KeyError, match=r"unknown task 'arithm'.*Did you mean 'arith'"):
         get_task_class("arithm")
 

@@ -106,3 +106,63 @@ def test_assistant_mask_on_multi_turn_qwen_sequence(tiny_tokenizer):
     # target alignment: target j predicts token j+1
     shifted = shift_to_targets(mask)
     assert len(shifted) == len(ids) - 1 and shifted[:-1] == mask[1:-1]
+
+
+def test_turn_advantages_compare_only_turns_taken_from_the_same_state_hand_computed():
+    from echo2_sdk.signals import shared_turn_fraction, turn_advantages
+
+    # One group of four episodes. Turn 1: all four share the opening state s0. Turn 2: episodes 0, 1 reached
+    # s1 (same first action), 2 and 3 reached s2 and s3 alone. Episode 4 is another group with the same
+    # states: it must not be compared with the first four.
+    rewards = [3.0, 1.0, 0.0, 0.0, 9.0]
+    keys = ["g", "g", "g", "g", "h"]
+    states = [[10, 11], [10, 11], [10, 12], [10, 13], [10, 11]]
+    adv = turn_advantages(rewards, keys, states, "grpo")
+    mean, std = 1.0, (((2 ** 2) + 0 + 1 + 1) / 3) ** 0.5  # turn 1 over the group: the episode-level advantage
+    s1 = ((1.0 ** 2 + 1.0 ** 2) / 1) ** 0.5  # s1: rewards 3 and 1, mean 2, unbiased std sqrt(2)
+    expected = [[(3 - mean) / std, 1 / s1], [(1 - mean) / std, -1 / s1], [(0 - mean) / std, 0.0],
+                [(0 - mean) / std, 0.0], [0.0, 0.0]]
+    for got, want in zip(adv, expected):
+        assert got == pytest.approx(want, abs=1e-5)
+    assert adv[0][0] == pytest.approx(compute_advantages(rewards, keys)[0].item(), abs=1e-6)
+    assert shared_turn_fraction(keys, states) == pytest.approx(6 / 10)  # 4 openings + 2 at s1, of 10 turns
+    with pytest.raises(ValueError, match="2 rewards, 2 group keys, 1 turn-state lists"):
+        turn_advantages([1.0, 2.0], ["g", "g"], [[1]])
+
+
+def _episode(prompt, completion, mask, reward, key="deal"):
+    from echo2_sdk.records import Omega, Rollout
+
+    return Rollout(prompt_ids=tuple(prompt), completion_ids=tuple(completion), reward=reward, version=0,
+                   omega=Omega(tuple(mask), key), sampler_logprobs=tuple(-0.5 * m for m in mask), prompt_key=key)
+
+
+def test_collate_adds_the_weighted_turn_advantage_on_each_turns_tokens_only():
+    from echo2_sdk.runtime.learning.batching import collate
+    from echo2_sdk.signals import turn_advantages, turn_spans, turn_state_keys
+
+    # prompt [1, 2]; completion = action, env reply, action. Episodes 0 and 1 open alike (token 5) and so
+    # reach the same second state; episode 2 opens with 6.
+    mask = [1, 0, 0, 1]
+    records = [_episode([1, 2], [5, 9, 9, 7], mask, 2.0), _episode([1, 2], [5, 9, 9, 8], mask, 0.0),
+               _episode([1, 2], [6, 9, 9, 7], mask, 1.0)]
+    plain, seq_adv = collate(records, pad_id=0, estimator="dr_grpo")
+    weighted, _ = collate(records, pad_id=0, estimator="dr_grpo", turn_advantage_weight=0.5)
+    assert torch.equal(plain.advantages, broadcast_to_tokens(seq_adv, plain.loss_mask))
+    states = [turn_state_keys(r.prompt_ids, r.completion_ids, turn_spans(r.omega.loss_mask)) for r in records]
+    per_turn = turn_advantages([2.0, 0.0, 1.0], ["deal"] * 3, states, "dr_grpo")
+    assert per_turn == [pytest.approx([1.0, 1.0]), pytest.approx([-1.0, -1.0]), pytest.approx([0.0, 0.0])]
+    # completion token i sits at target P - 1 + i = 1 + i: turn 1 at target 1, turn 2 at target 4
+    for b in range(3):
+        for target, turn in ((1, 0), (4, 1)):
+            assert weighted.advantages[b, target].item() == pytest.approx(seq_adv[b].item() + 0.5 * per_turn[b][turn])
+        assert weighted.advantages[b, 2:4].tolist() == [0.0, 0.0]  # the env's reply is never trained on
+
+
+def test_turn_advantage_weight_must_be_finite_and_not_negative():
+    from echo2_sdk.config import ConfigError, load_config
+
+    assert load_config(None, ["algo.turn_advantage_weight=1.0"]).algo.turn_advantage_weight == 1.0
+    for bad in ("-0.5", "nan"):
+        with pytest.raises(ConfigError, match="algo.turn_advantage_weight"):
+            load_config(None, [f"algo.turn_advantage_weight={bad}"])

@@ -80,7 +80,7 @@ def _offered_and_played_actions(adapter, episodes: int) -> set[str]:
     for example in list(adapter.examples("eval"))[:episodes]:
         for bot in bots:
             log = adapter.play_episode(example, bot).log
-            env = adapter.make_env()  # replayed to see what was legal at every decision
+            env = adapter.env_for(example)  # replayed to see what was legal at every decision
             env.begin_episode(log.episode_seed)
             for turn in log.turns:
                 actions |= set(env.legal_actions()) | {turn.action}
@@ -95,8 +95,9 @@ def test_actions_are_one_to_three_tokens(fitted, char, name):
     assert len(actions) >= 8
     lengths = {a: len(encode(tok, a)) for a in actions}
     assert max(lengths.values()) <= 3, {a: n for a, n in lengths.items() if n > 3}
-    # Mostly 1-2 tokens ("hit c29", a creep the corpus saw rarely, is 3); 4-11 with the char tokenizer.
-    assert sum(n <= 2 for n in lengths.values()) >= 0.75 * len(lengths)
+    # Mostly 1-2 tokens ("hit c29", a creep the corpus saw rarely, is 3; against poker's default pool the
+    # raise sizes vary: "bet 490" is 3; 25 of 40 poker actions are 1-2); 4-11 with the char tokenizer.
+    assert sum(n <= 2 for n in lengths.values()) >= 0.6 * len(lengths)
     assert max(len(encode(char, a)) for a in actions) >= 7
     # Amounts and creeps the corpus may never have shown still stay within 3 tokens.
     unseen = ([f"{verb} {n}" for verb in ("raise", "bet", "call") for n in range(1, 1001)] if name == "poker"

@@ -352,7 +352,8 @@ class Trainer:
         records = [r for g in groups for r in g.rollouts]
         t0 = time.perf_counter()
         batch, _ = collate(records, pad_id=self.tokenizer.pad_token_id,
-                           grouping=self.cfg.algo.grouping, estimator=self.cfg.algo.advantage)
+                           grouping=self.cfg.algo.grouping, estimator=self.cfg.algo.advantage,
+                           turn_advantage_weight=self.cfg.algo.turn_advantage_weight)
         metrics = self.learner.train_step(batch)
         t_train = time.perf_counter() - t0
         self.step += 1

@@ -11,7 +11,8 @@ from typing import Sequence
 import torch
 
 from echo2_sdk.records import Rollout
-from echo2_sdk.signals import broadcast_to_tokens, compute_advantages, grouping_keys
+from echo2_sdk.signals import (broadcast_to_tokens, compute_advantages, grouping_keys, turn_advantages, turn_spans,
+                               turn_state_keys)
 from echo2_sdk.runtime.learning.base import TrainBatch
 
 
@@ -21,12 +22,14 @@ def collate(
     pad_id: int,
     grouping: str = "prompt",
     estimator: str = "grpo",
+    turn_advantage_weight: float = 0.0,
 ) -> tuple[TrainBatch, torch.Tensor]:
     """Right-pad records into a ``TrainBatch`` and return it with the [B] sequence advantages.
 
     Layout: sequence b is prompt (P tokens) + completion (C tokens). Target position j predicts
     token j+1, so completion token i sits at target P − 1 + i; ``loss_mask``, ``advantages`` and
-    ``sampler_logprobs`` ([B, T-1]) are filled there and are 0 elsewhere.
+    ``sampler_logprobs`` ([B, T-1]) are filled there and are 0 elsewhere. With ``turn_advantage_weight``
+    ω > 0 each assistant turn's tokens get A_episode + ω·A_turn (:func:`echo2_sdk.signals.turn_advantages`).
     """
     if not records:
         raise ValueError("collate needs at least one record")
@@ -44,11 +47,20 @@ def collate(
         attention_mask[b, : P + C] = 1
         loss_mask[b, P - 1 : P - 1 + C] = torch.tensor(rec.omega.loss_mask, dtype=torch.float32)
         sampler_lp[b, P - 1 : P - 1 + C] = torch.tensor(rec.sampler_logprobs, dtype=torch.float32)
+    advantages = broadcast_to_tokens(seq_adv, loss_mask)
+    if turn_advantage_weight:
+        spans = [turn_spans(r.omega.loss_mask) for r in records]
+        states = [turn_state_keys(r.prompt_ids, r.completion_ids, s) for r, s in zip(records, spans)]
+        per_turn = turn_advantages([r.reward for r in records], keys, states, estimator)
+        for b, (rec, rec_spans, adv) in enumerate(zip(records, spans, per_turn)):
+            offset = len(rec.prompt_ids) - 1
+            for (start, end), a in zip(rec_spans, adv):
+                advantages[b, offset + start: offset + end] += turn_advantage_weight * a
     batch = TrainBatch(
         input_ids=input_ids,
         attention_mask=attention_mask,
         loss_mask=loss_mask,
-        advantages=broadcast_to_tokens(seq_adv, loss_mask),
+        advantages=advantages,
         sampler_logprobs=sampler_lp * loss_mask,
         versions=torch.tensor([r.version for r in records], dtype=torch.long),
     )
