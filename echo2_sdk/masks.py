@@ -70,3 +70,19 @@ def assistant_mask(
 def shift_to_targets(mask: Sequence[int]) -> list[int]:
     """Align a per-token mask [T] with next-token targets [T-1]: target j predicts token j+1."""
     return list(mask[1:])
+
+
+def turn_spans(loss_mask: Sequence[int]) -> list[tuple[int, int]]:
+    """The assistant turns of a completion: [start, end) of each run of trained (mask 1) tokens.
+
+    >>> turn_spans([0, 1, 1, 0, 0, 1, 0, 1])
+    [(1, 3), (5, 6), (7, 8)]
+    """
+    spans, start = [], None
+    for i, m in enumerate(list(loss_mask) + [0]):
+        if m and start is None:
+            start = i
+        elif not m and start is not None:
+            spans.append((start, i))
+            start = None
+    return spans

@@ -14,7 +14,7 @@ from typing import Sequence
 
 import torch
 
-from echo2_sdk.masks import assistant_mask, shift_to_targets, turn_index  # noqa: F401  (re-exported)
+from echo2_sdk.masks import assistant_mask, shift_to_targets, turn_index, turn_spans  # noqa: F401  (re-exported)
 from echo2_sdk.algos import (  # noqa: F401  (re-exported)
     AdvantageFn,
     dr_grpo_advantage,
@@ -86,9 +86,8 @@ def first_turn(completion_ids: Sequence[int], loss_mask: Sequence[int]) -> tuple
     >>> first_turn([5, 6, 7], [0, 1, 1]), first_turn([5], [0])
     ((6, 7), ())
     """
-    start = next((i for i, m in enumerate(loss_mask) if m), len(loss_mask))
-    end = next((i for i in range(start, len(loss_mask)) if not loss_mask[i]), len(loss_mask))
-    return tuple(completion_ids[start:end])
+    spans = turn_spans(loss_mask)
+    return tuple(completion_ids[spans[0][0]:spans[0][1]]) if spans else ()
 
 
 def first_turn_entropy(first_turns: Sequence[tuple[int, ...]], keys: Sequence[str]) -> float:
@@ -122,22 +121,6 @@ def broadcast_to_tokens(advantages: torch.Tensor, loss_mask: torch.Tensor) -> to
         [B, T] per-token advantages (0 where the mask is 0).
     """
     return advantages[:, None].to(loss_mask.dtype) * loss_mask
-
-
-def turn_spans(loss_mask: Sequence[int]) -> list[tuple[int, int]]:
-    """The assistant turns of a completion: [start, end) of each run of trained (mask 1) tokens.
-
-    >>> turn_spans([0, 1, 1, 0, 0, 1, 0, 1])
-    [(1, 3), (5, 6), (7, 8)]
-    """
-    spans, start = [], None
-    for i, m in enumerate(list(loss_mask) + [0]):
-        if m and start is None:
-            start = i
-        elif not m and start is not None:
-            spans.append((start, i))
-            start = None
-    return spans
 
 
 def turn_state_keys(prompt_ids: Sequence[int], completion_ids: Sequence[int],

@@ -24,6 +24,7 @@ from typing import Any
 from echo2_sdk.adapter import BaseTaskAdapter, Example, MultiTurnTaskAdapter
 from echo2_sdk.checks import check_adapter
 from echo2_sdk.records import RecordLimits, Rollout, validate_rollout
+from echo2_sdk.masks import turn_spans
 
 
 
@@ -104,18 +105,6 @@ def _play(adapter: MultiTurnTaskAdapter, tokenizer, example: Example) -> tuple[R
     return record, replies, scripted
 
 
-def mask_runs(mask) -> list[tuple[int, int]]:
-    """Contiguous runs of mask == 1 as (start, end) pairs."""
-    runs, start = [], None
-    for i, m in enumerate(list(mask) + [0]):
-        if m and start is None:
-            start = i
-        elif not m and start is not None:
-            runs.append((start, i))
-            start = None
-    return runs
-
-
 def _episodes_detail(adapter: MultiTurnTaskAdapter, tokenizer, count: int, played: list) -> str:
     limits = RecordLimits(vocab_size=len(tokenizer))
     scripted_all = True
@@ -133,7 +122,7 @@ def _episodes_detail(adapter: MultiTurnTaskAdapter, tokenizer, count: int, playe
                                  "echo2_sdk.records.validate_rollout")
         mask = list(record.omega.loss_mask)
         trained = [tokenizer.decode(list(record.completion_ids[a:b]), skip_special_tokens=True).strip()
-                   for a, b in mask_runs(mask)]
+                   for a, b in turn_spans(mask)]
         if trained != [r.strip() for r in replies]:
             raise AssertionError(f"{where}: the loss mask covers {trained!r:.200} but the replies were "
                                  f"{replies!r:.200}; the mask must be 1 on the model's reply tokens (and its "
@@ -145,7 +134,7 @@ def _episodes_detail(adapter: MultiTurnTaskAdapter, tokenizer, count: int, playe
                                  "randomness from the example's episode seed")
         played.append((example, record))
     who = "the scripted player (reference_reply)" if scripted_all else "first legal actions (no reference_reply)"
-    turns = sum(len(mask_runs(r.omega.loss_mask)) for _, r in played)
+    turns = sum(len(turn_spans(r.omega.loss_mask)) for _, r in played)
     return f"{len(played)} episodes, {turns} replies by {who}; returns {[round(r.reward, 3) for _, r in played]}"
 
 

@@ -17,7 +17,7 @@ from echo2_sdk.runtime.rollout.backends.base import Completion, GenerationBacken
 from echo2_sdk.runtime.rollout.episodes import run_episodes, summarize_rollouts
 from echo2_sdk.runtime.models.modeling import ensure_tiny_qwen3
 from echo2_sdk.signals import assistant_mask
-from echo2_sdk.task_check import mask_runs
+from echo2_sdk.masks import turn_spans
 
 torch.set_num_threads(1)
 OPTIONS = {"num_train": 6, "num_eval": 2, "num_sft": 0, "opponent": "rule:calling"}
@@ -82,7 +82,7 @@ def test_lock_step_episodes_give_valid_records_whose_masks_decode_to_the_actions
             assert list(rec.prompt_ids) == chat_token_ids(tok, adapter.build_messages(example))
             full = list(rec.prompt_ids + rec.completion_ids)
             assert assistant_mask(full, **im)[len(rec.prompt_ids):] == list(rec.omega.loss_mask)
-            turns = [tok.decode(rec.completion_ids[a:b], skip_special_tokens=False) for a, b in mask_runs(rec.omega.loss_mask)]
+            turns = [tok.decode(rec.completion_ids[a:b], skip_special_tokens=False) for a, b in turn_spans(rec.omega.loss_mask)]
             assert len(turns) == rec.meta["turns"] and all(t.endswith("<|im_end|>") for t in turns)
             replies_seen += [t.removesuffix("<|im_end|>") for t in turns]
             assert [lp for lp, m in zip(rec.sampler_logprobs, rec.omega.loss_mask) if m] == [-0.25] * sum(rec.omega.loss_mask)

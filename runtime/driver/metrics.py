@@ -15,8 +15,8 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from echo2_sdk.config import Echo2Config, to_dict
 from echo2_sdk.records import Rollout
-from echo2_sdk.signals import (first_turn, first_turn_entropy, grouping_keys, shared_turn_fraction, turn_spans,
-                               turn_state_keys, zero_advantage_fraction)
+from echo2_sdk.signals import (first_turn, first_turn_entropy, grouping_keys, shared_turn_fraction,
+                               zero_advantage_fraction)
 from echo2_sdk.runtime.admission.base import AdmissionCounters
 
 LEARNER_KEYS = ("pg_loss", "kl", "clip_frac", "tis_mean", "tis_max", "tis_trunc_frac", "is_masked_frac", "grad_norm",
@@ -193,16 +193,17 @@ class RunStats:
         return s
 
 
-def group_signals(records: Sequence[Rollout], grouping: str) -> dict[str, float]:
+def group_signals(records: Sequence[Rollout], grouping: str,
+                  turn_states: Sequence[Sequence[int]]) -> dict[str, float]:
     """What a step's groups give GRPO to learn from: the fraction of groups with zero advantage (every
     sample one reward), the mean entropy of the first assistant turn within a group, and the fraction of
-    turns taken from a state another episode of the group also reached (``signals``)."""
+    turns taken from a state another episode of the group also reached (``signals``); ``turn_states``: the
+    records' per-turn state keys (``batching.record_turn_states``)."""
     keys = grouping_keys([r.prompt_key for r in records], [r.omega.group for r in records], grouping)
-    states = [turn_state_keys(r.prompt_ids, r.completion_ids, turn_spans(r.omega.loss_mask)) for r in records]
     return {"zero_advantage_frac": zero_advantage_fraction([r.reward for r in records], keys),
             "first_turn_entropy": first_turn_entropy([first_turn(r.completion_ids, r.omega.loss_mask)
                                                       for r in records], keys),
-            "shared_turn_frac": shared_turn_fraction(keys, states)}
+            "shared_turn_frac": shared_turn_fraction(keys, turn_states)}
 
 
 def progress_line(row: dict[str, Any], total_steps: int, tokens_per_s: float | None = None) -> str:

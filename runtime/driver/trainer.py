@@ -26,7 +26,7 @@ from echo2_sdk.runtime.admission.base import AdmissionCounters
 from echo2_sdk.runtime.admission.gate import AdmissionGate
 from echo2_sdk.runtime.admission.request import PromptRenderer
 from echo2_sdk.runtime.driver import setup
-from echo2_sdk.runtime.learning.batching import collate
+from echo2_sdk.runtime.learning.batching import collate, record_turn_states
 from echo2_sdk.runtime.driver.data import PromptStream
 from echo2_sdk.runtime.driver.dispatch import Dispatcher
 from echo2_sdk.runtime.admission.dispatch import DispatchControl
@@ -351,9 +351,10 @@ class Trainer:
         v_t = self.learner.version
         records = [r for g in groups for r in g.rollouts]
         t0 = time.perf_counter()
+        turn_states = record_turn_states(records)  # for the turn-level advantages and the step's metrics
         batch, _ = collate(records, pad_id=self.tokenizer.pad_token_id,
                            grouping=self.cfg.algo.grouping, estimator=self.cfg.algo.advantage,
-                           turn_advantage_weight=self.cfg.algo.turn_advantage_weight)
+                           turn_advantage_weight=self.cfg.algo.turn_advantage_weight, turn_states=turn_states)
         metrics = self.learner.train_step(batch)
         t_train = time.perf_counter() - t0
         self.step += 1
@@ -362,7 +363,7 @@ class Trainer:
                                  t_train_s=t_train, wall_s=time.perf_counter() - self.t_start,
                                  published_version=self.published, buffer_groups=len(self.buffer),
                                  learner_metrics=metrics, admission=self.gate.counters)
-        row.update(group_signals(records, self.cfg.algo.grouping))
+        row.update(group_signals(records, self.cfg.algo.grouping, turn_states))
         row.update(self.agreement.update([str(r.meta.get("worker", "")) for r in records],
                                          [v_t - r.version for r in records], self.learner.last_agreement))
         row.update(self.ledger.row())

@@ -23,13 +23,15 @@ def collate(
     grouping: str = "prompt",
     estimator: str = "grpo",
     turn_advantage_weight: float = 0.0,
+    turn_states: Sequence[Sequence[int]] | None = None,
 ) -> tuple[TrainBatch, torch.Tensor]:
     """Right-pad records into a ``TrainBatch`` and return it with the [B] sequence advantages.
 
     Layout: sequence b is prompt (P tokens) + completion (C tokens). Target position j predicts
     token j+1, so completion token i sits at target P − 1 + i; ``loss_mask``, ``advantages`` and
     ``sampler_logprobs`` ([B, T-1]) are filled there and are 0 elsewhere. With ``turn_advantage_weight``
-    ω > 0 each assistant turn's tokens get A_episode + ω·A_turn (:func:`echo2_sdk.signals.turn_advantages`).
+    ω > 0 each assistant turn's tokens get A_episode + ω·A_turn (:func:`echo2_sdk.signals.turn_advantages`);
+    ``turn_states``: the records' :func:`record_turn_states`, when the caller has them already.
     """
     if not records:
         raise ValueError("collate needs at least one record")
@@ -49,10 +51,10 @@ def collate(
         sampler_lp[b, P - 1 : P - 1 + C] = torch.tensor(rec.sampler_logprobs, dtype=torch.float32)
     advantages = broadcast_to_tokens(seq_adv, loss_mask)
     if turn_advantage_weight:
-        spans = [turn_spans(r.omega.loss_mask) for r in records]
-        states = [turn_state_keys(r.prompt_ids, r.completion_ids, s) for r, s in zip(records, spans)]
+        states = record_turn_states(records) if turn_states is None else turn_states
         per_turn = turn_advantages([r.reward for r in records], keys, states, estimator)
-        for b, (rec, rec_spans, adv) in enumerate(zip(records, spans, per_turn)):
+        for b, (rec, adv) in enumerate(zip(records, per_turn)):
+            rec_spans = turn_spans(rec.omega.loss_mask)
             offset = len(rec.prompt_ids) - 1
             for (start, end), a in zip(rec_spans, adv):
                 advantages[b, offset + start: offset + end] += turn_advantage_weight * a
@@ -65,3 +67,9 @@ def collate(
         versions=torch.tensor([r.version for r in records], dtype=torch.long),
     )
     return batch, seq_adv
+
+
+def record_turn_states(records: Sequence[Rollout]) -> list[list[int]]:
+    """Each record's per-turn state keys (:func:`echo2_sdk.signals.turn_state_keys`): a hash of the history
+    before every assistant turn."""
+    return [turn_state_keys(r.prompt_ids, r.completion_ids, turn_spans(r.omega.loss_mask)) for r in records]
