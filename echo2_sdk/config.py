@@ -187,7 +187,8 @@ class RuntimeConfig:
     groups are trained: least waste, staleness near the queue's length), ``freshest`` first (lowest
     staleness; older groups age out and are dropped when the queue runs long), ``mixed`` (half of each)."""
     ray_address: str | None = None
-    """Join an existing Ray cluster (``auto`` or ``host:port``); null starts a local one."""
+    """Join an existing Ray cluster (``auto`` or ``host:port``); null starts a local one, even when another
+    Ray cluster runs on this machine (Ray's own default would join the newest)."""
     ray_num_cpus: int | None = None
     """Logical CPUs of the local Ray cluster (null: Ray's default)."""
     learner_threads: int = 1

@@ -188,7 +188,9 @@ def _eval_parser(task: str, head_to_head: HeadToHead, options: dict | None) -> a
     _add_eval_config_args(parser)  # read by the first stage; here for --help
     add_head_to_head_arguments(parser, head_to_head)
     parser.add_argument("--temperature", type=float, default=0.0, help="sampling temperature of model agents (0 = greedy)")
-    parser.add_argument("--max-new-tokens", type=int, default=16, help="reply length limit of model agents, in tokens")
+    parser.add_argument("--max-new-tokens", type=int, default=None,
+                        help="reply length limit of model players, in tokens (default: a run's own "
+                             "rollout.max_new_tokens for its checkpoints and base_model, else 16)")
     if options is not None and head_to_head.task_defaults is not None:
         parser.set_defaults(**head_to_head.task_defaults(_task_options(task, options)))
     return parser
@@ -246,9 +248,10 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
     def llm_policy(path: str):
         # torch + transformers (no Ray), loaded only when a model plays
-        from echo2_sdk.runtime.rollout.chat_policy import cached_chat_policy
+        from echo2_sdk.runtime.rollout.chat_policy import cached_chat_policy, reply_tokens
 
-        return cached_chat_policy(path, opts.temperature, opts.max_new_tokens)
+        max_new_tokens = opts.max_new_tokens if opts.max_new_tokens is not None else reply_tokens(path, 16)
+        return cached_chat_policy(path, opts.temperature, max_new_tokens)
 
     try:
         print(head_to_head.run(opts, llm_policy))

@@ -29,7 +29,7 @@ def ray_cluster():
     """A local Ray cluster shared by one test module (trainer runs start their workers on it)."""
     import ray
 
-    ray.init(num_cpus=4, include_dashboard=False, logging_level="ERROR",
+    ray.init(address="local", num_cpus=4, include_dashboard=False, logging_level="ERROR",
              runtime_env={"env_vars": {"OMP_NUM_THREADS": "1", "TRANSFORMERS_VERBOSITY": "error"}})
     yield
     ray.shutdown()

@@ -28,7 +28,7 @@ def test_p2p_transport_delivers_every_version_to_every_actor():
         def checksum(self, version: int) -> float:
             return float(sum(t.double().sum() for t in self.installed[version].values()))
 
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     transport = None
     try:
         remote_cls = ray.remote(concurrency_groups={CONTROL: 1})(ToyWorker)

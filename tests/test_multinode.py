@@ -99,3 +99,19 @@ def test_unplaceable_worker_fails_fast_with_the_fix(tmp_path, three_node_cluster
     cfg = load_config(None, ["rollout.workers=[{name: w0, resources: {gpu_box: 1}}]", "train.steps=1"])
     with pytest.raises(ResourceError, match="gpu_box.*no node of the cluster offers them"):
         train(cfg, str(tmp_path / "run"), ray_address=cluster.address, log=lambda m: None)
+
+
+def test_a_run_without_an_address_starts_its_own_ray_beside_a_running_cluster(three_node_cluster):
+    # The cluster above is the newest on this machine (Ray records it), which a bare ray.init() would join.
+    import subprocess
+    import sys
+
+    cluster, _ = three_node_cluster
+    probe = ("import ray; from echo2_sdk.config import Echo2Config; from echo2_sdk.runtime.driver import setup; "
+             "owns = setup.init_ray(Echo2Config(), None); "
+             "print('GCS', owns, ray.get_runtime_context().gcs_address); setup.shutdown_ray()")
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    [line] = [line for line in proc.stdout.splitlines() if line.startswith("GCS ")]
+    _, owns, address = line.split()
+    assert owns == "True" and address != cluster.address, line

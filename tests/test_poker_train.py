@@ -179,6 +179,20 @@ def test_echo2_eval_with_a_run_checkpoint(tmp_path, capsys):
     assert "neither an existing folder" in capsys.readouterr().err
 
 
+def test_a_runs_policies_answer_at_the_runs_reply_length(tmp_path):
+    from echo2_sdk.runtime.rollout.chat_policy import reply_tokens, run_of
+
+    import yaml
+
+    run = tmp_path / "run"
+    (run / "checkpoints" / "step_4").mkdir(parents=True)
+    (run / "base_model").mkdir()
+    (run / "config.yaml").write_text(yaml.safe_dump(to_dict(load_config(None, ["rollout.max_new_tokens=6"]))))
+    for spec in (run, run / "base_model", run / "checkpoints" / "step_4"):
+        assert run_of(str(spec)) == run and reply_tokens(str(spec), 16) == 6
+    assert run_of(str(tmp_path)) is None and reply_tokens("tiny-qwen3", 16) == 16
+
+
 @pytest.mark.slow
 def test_two_trainer_steps_on_the_poker_config(tmp_path):
     import ray
@@ -190,7 +204,7 @@ def test_two_trainer_steps_on_the_poker_config(tmp_path):
         "rollout.prompts_per_request=1", "rollout.num_workers=1", "train.eval_max_examples=2", "train.plots=false",
         "rollout.max_new_tokens=6", "train.checkpoint_every=0", "task.options={num_train: 8, num_eval: 2}",
     ])
-    ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR",
+    ray.init(address="local", num_cpus=2, include_dashboard=False, logging_level="ERROR",
              runtime_env={"env_vars": {"OMP_NUM_THREADS": "1", "TRANSFORMERS_VERBOSITY": "error"}})
     try:
         summary = Trainer(cfg, str(tmp_path / "poker"), log=lambda m: None).fit()

@@ -162,7 +162,9 @@ def init_ray(cfg: Echo2Config, address: str | None) -> bool:
     from echo2_sdk.runtime.driver.reaper import start_reaper
 
     _reaper = _reaper or start_reaper()  # before ray.init: every process Ray starts for this run is watched
-    ray.init(num_cpus=num_cpus, **kwargs)
+    # "local": without it Ray joins the newest cluster on this machine (`ray start`, another run's, a test's)
+    # and then refuses num_cpus with a traceback; a run given no address always starts its own.
+    ray.init(address="local", num_cpus=num_cpus, **kwargs)
     return True
 
 

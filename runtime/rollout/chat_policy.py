@@ -104,6 +104,30 @@ class ChatPolicy:
         return self.tokenizer.decode(list(completion.token_ids), skip_special_tokens=True)
 
 
+def run_of(spec: str) -> Path | None:
+    """The training run a policy path belongs to (``runs/NAME``, its ``base_model`` or a checkpoint), or None."""
+    from echo2_sdk.runtime.models.files import CHECKPOINT_RE
+
+    folder = Path(spec)
+    candidates = [folder]
+    if folder.name == "base_model":
+        candidates.append(folder.parent)
+    elif CHECKPOINT_RE.match(folder.name):
+        candidates.append(folder.parent.parent)
+    return next((c for c in candidates if (c / "config.yaml").is_file() and (c / "checkpoints").is_dir()), None)
+
+
+def reply_tokens(spec: str, default: int) -> int:
+    """The reply length limit a policy plays with when none is given: its run's ``rollout.max_new_tokens`` (the
+    length it was trained to answer in), else ``default``."""
+    run = run_of(spec)
+    if run is None:
+        return default
+    from echo2_sdk.config import load_config
+
+    return load_config(str(run / "config.yaml"), []).rollout.max_new_tokens
+
+
 @functools.lru_cache(maxsize=8)
 def cached_chat_policy(spec: str, temperature: float = 0.0, max_new_tokens: int = 16) -> ChatPolicy:
     """One loaded :class:`ChatPolicy` per (spec, temperature, max_new_tokens) in this process."""
