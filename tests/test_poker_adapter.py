@@ -226,3 +226,11 @@ def test_a_demonstrator_mixture_draws_one_player_per_demonstration():
 def test_a_bad_demonstrator_mixture_is_refused_with_the_option_and_the_fix(spec, message):
     with pytest.raises(ValueError, match=f"task.options.demonstrator=.*{message}"):
         PokerAdapter({"num_sft": 1, "num_train": 1, "num_eval": 1, "demonstrator": spec})
+
+
+def test_the_episode_return_is_the_chips_in_big_blinds_less_the_penalty_per_refusal():
+    adapter = PokerAdapter({"invalid_action_penalty": 0.5})
+    refused, accepted = {"invalid_reason": "bad"}, {"invalid_reason": None}
+    assert adapter.episode_return([0, -10], [refused, accepted]) == -1.5  # -10 chips = -1 BB, one refusal
+    assert adapter.episode_return([0, 25], [accepted, accepted]) == 2.5
+    assert PokerAdapter({"reward_unit": "chip"}).episode_return([0, -10], [refused, accepted]) == -11.0
