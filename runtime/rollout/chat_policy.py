@@ -23,6 +23,11 @@ def _has_tokenizer(folder: Path) -> bool:
     return any((folder / name).exists() for name in TOKENIZER_FILES)
 
 
+def _is_run(folder: Path) -> bool:
+    """A training run directory: its config.yaml and a checkpoints folder."""
+    return (folder / "config.yaml").is_file() and (folder / "checkpoints").is_dir()
+
+
 def _run_base_model(run: Path) -> str:
     """The base policy a run started from (where its tokenizer lives), from the run's config.yaml."""
     if (run / "base_model" / "config.json").exists():
@@ -54,7 +59,7 @@ def resolve_policy_path(spec: str) -> tuple[str, str]:
             raise FileNotFoundError(f"policy {spec!r} is neither an existing folder nor a Hub id like "
                                     "'Qwen/Qwen3-0.6B'; give a model folder, runs/NAME/checkpoints/step_K or runs/NAME")
         return spec, spec  # a Hub id
-    if (folder / "config.yaml").exists() and (folder / "checkpoints").is_dir():  # a run directory
+    if _is_run(folder):
         latest = latest_checkpoint(folder / "checkpoints")
         if latest is None:
             raise FileNotFoundError(f"run directory {folder} has no checkpoints yet (expected "
@@ -65,7 +70,7 @@ def resolve_policy_path(spec: str) -> tuple[str, str]:
                                 "runs/NAME/checkpoints/step_K or runs/NAME")
     if _has_tokenizer(folder):
         return str(folder), str(folder)
-    if CHECKPOINT_RE.match(folder.name) and (folder.parent.parent / "config.yaml").exists():
+    if CHECKPOINT_RE.match(folder.name) and _is_run(folder.parent.parent):
         return str(folder), _run_base_model(folder.parent.parent)
     raise FileNotFoundError(f"{folder} has weights but no tokenizer, and is not inside a run directory "
                             "(runs/NAME/checkpoints/step_K with runs/NAME/config.yaml); copy a tokenizer into it")
@@ -114,7 +119,7 @@ def run_of(spec: str) -> Path | None:
         candidates.append(folder.parent)
     elif CHECKPOINT_RE.match(folder.name):
         candidates.append(folder.parent.parent)
-    return next((c for c in candidates if (c / "config.yaml").is_file() and (c / "checkpoints").is_dir()), None)
+    return next((c for c in candidates if _is_run(c)), None)
 
 
 def reply_tokens(spec: str, default: int) -> int:
