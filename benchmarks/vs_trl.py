@@ -22,8 +22,8 @@ How, back to back (never concurrently), into ``--out``:
      ``num_generations`` = samples_per_prompt, generation batch = prompts_per_step × samples_per_prompt,
      ``per_device_train_batch_size`` = that / num_minibatches with ``steps_per_generation`` = num_minibatches
      (echo2's updates per step), ``max_steps`` = steps × num_minibatches, same lr / temperature /
-     top_p / max_new_tokens / clip ε / grad clip / weight decay, ``beta=0`` (echo2's kl_coef=0), constant
-     lr, ``loss_type=dapo`` (token mean over the update's batch, echo2's ``token-mean``),
+     top_p / max_new_tokens / clip ε / grad clip / weight decay, ``beta=0`` (echo2's kl_coef=0), the same
+     lr schedule (``trl_schedule``), ``loss_type=dapo`` (token mean over the update's batch, echo2's ``token-mean``),
      ``scale_rewards=group`` (echo2's ``grpo`` advantage), fp32, no gradient checkpointing, no vLLM.
      TRL runs in one process with ``--trl-threads`` torch threads: by default one per core of the machine
      (torch's own default: what a TRL user gets; echo2 spreads over the same cores as processes, its
@@ -132,6 +132,16 @@ def time_to_reach(curve: tuple[Point, ...], target: float) -> float | None:
 
 
 # ----- the runs ---------------------------------------------------------------------------------------
+def trl_schedule(algo) -> dict:
+    """echo2's lr schedule in TRL's terms (its schedulers count optimizer updates, ours learner steps)."""
+    if algo.lr_min_ratio > 0 and algo.lr_schedule != "cosine":
+        raise SystemExit(f"algo.lr_min_ratio={algo.lr_min_ratio} with lr_schedule={algo.lr_schedule} has no "
+                         "TRL equivalent; use lr_schedule=cosine or lr_min_ratio=0")
+    kind = "cosine_with_min_lr" if algo.lr_min_ratio > 0 else algo.lr_schedule
+    extra = {"lr_scheduler_kwargs": {"min_lr_rate": algo.lr_min_ratio}} if algo.lr_min_ratio > 0 else {}
+    return {"lr_scheduler_type": kind, "warmup_steps": algo.lr_warmup_steps * algo.num_minibatches, **extra}
+
+
 def make_base_model(settings: Settings, out: Path) -> tuple[str, float]:
     """echo2's warm start (prepare_base_model) on the quickstart config, once; (path, seconds)."""
     import torch
@@ -277,7 +287,7 @@ def trl_worker(spec_path: Path) -> None:
         per_device_train_batch_size=per_step // a.num_minibatches, steps_per_generation=a.num_minibatches,
         gradient_accumulation_steps=1, num_iterations=1, num_generations=r.samples_per_prompt,
         max_completion_length=r.max_new_tokens, temperature=r.temperature, top_p=r.top_p, learning_rate=a.lr,
-        lr_scheduler_type="constant", warmup_steps=0, weight_decay=a.weight_decay, max_grad_norm=a.max_grad_norm,
+        **trl_schedule(a), weight_decay=a.weight_decay, max_grad_norm=a.max_grad_norm,
         beta=a.kl_coef, epsilon=a.clip_eps_low, epsilon_high=a.clip_eps_high, loss_type="dapo",
         scale_rewards="group", use_vllm=False, use_cpu=True, bf16=False, gradient_checkpointing=False,
         report_to="none", save_strategy="no", logging_strategy="no", disable_tqdm=True, seed=t.seed,

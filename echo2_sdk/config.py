@@ -124,7 +124,15 @@ class AlgoConfig:
     ``echo2_sdk.signals.turn_advantages``). 0 (default): one advantage per episode. A single-turn task's
     one turn shares its state with the whole group, so there ω only scales the advantage by 1 + ω."""
     lr: float = 1e-4
-    """AdamW learning rate."""
+    """AdamW learning rate (the peak, with ``lr_schedule``)."""
+    lr_schedule: Literal["constant", "linear", "cosine"] = "constant"
+    """How the lr moves over ``train.steps`` learner steps after the warm-up: ``constant``, or a ``linear`` /
+    ``cosine`` decay to ``lr * lr_min_ratio`` at the last step. It is a function of the learner's step, so
+    ``--resume`` continues on the same curve."""
+    lr_warmup_steps: int = 0
+    """Learner steps of linear warm-up from lr / lr_warmup_steps up to lr (0: none)."""
+    lr_min_ratio: float = 0.0
+    """Where a decaying schedule ends, as a fraction of ``lr``."""
     weight_decay: float = 0.0
     """AdamW weight decay."""
     max_grad_norm: float = 1.0
@@ -159,6 +167,10 @@ class AlgoConfig:
             value = getattr(self, name)
             if not (value >= 0 and math.isfinite(value)):
                 raise ConfigError(f"algo.{name}={value} must be a finite number >= 0")
+        if self.lr_warmup_steps < 0:
+            raise ConfigError(f"algo.lr_warmup_steps={self.lr_warmup_steps} must be >= 0 (0: no warm-up)")
+        if not 0.0 <= self.lr_min_ratio <= 1.0:
+            raise ConfigError(f"algo.lr_min_ratio={self.lr_min_ratio} must be in [0, 1], e.g. 0.1")
         if not self.max_grad_norm > 0:
             raise ConfigError(f"algo.max_grad_norm={self.max_grad_norm} must be > 0 (e.g. 1.0); use a large value "
                               "to clip rarely")

@@ -61,3 +61,36 @@ def test_refuses_a_folder_that_holds_files(tmp_path):
     proc = _run("--quick", "--out", str(tmp_path), timeout=120)
     assert proc.returncode != 0 and "not an empty folder" in proc.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["old.txt"]
+
+
+@pytest.mark.parametrize("sets", [["algo.lr_schedule=constant"], ["algo.lr_schedule=linear"],
+                                  ["algo.lr_schedule=cosine", "algo.lr_min_ratio=0.1"]])
+def test_trl_gets_the_same_lr_curve_at_each_learner_steps_first_update(sets):
+    import torch
+    from transformers import get_scheduler
+
+    from echo2_sdk.config import load_config
+    from echo2_sdk.runtime.learning.schedule import LrSchedule
+
+    cfg = load_config(str(ROOT / "examples" / "quickstart.yaml"), [*sets, "train.steps=10"])
+    a = cfg.algo
+    kwargs = _module().trl_schedule(a)
+    optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=a.lr)
+    hf = get_scheduler(kwargs["lr_scheduler_type"], optimizer, num_warmup_steps=kwargs["warmup_steps"],
+                       num_training_steps=cfg.train.steps * a.num_minibatches,
+                       scheduler_specific_kwargs=kwargs.get("lr_scheduler_kwargs"))
+    ours = LrSchedule(a.lr, a.lr_schedule, total_steps=cfg.train.steps, min_ratio=a.lr_min_ratio)
+    trl_lrs = []
+    for _ in range(cfg.train.steps * a.num_minibatches):
+        trl_lrs.append(optimizer.param_groups[0]["lr"])
+        optimizer.step()
+        hf.step()
+    assert trl_lrs[::a.num_minibatches] == pytest.approx([ours.lr_at(k) for k in range(cfg.train.steps)])
+
+
+def test_a_schedule_trl_cannot_follow_is_a_one_line_refusal():
+    from echo2_sdk.config import load_config
+
+    cfg = load_config(None, ["algo.lr_schedule=linear", "algo.lr_min_ratio=0.2"])
+    with pytest.raises(SystemExit, match="has no TRL equivalent"):
+        _module().trl_schedule(cfg.algo)

@@ -96,12 +96,15 @@ def prepare_base_model(
 
 def learner_spec(cfg: Echo2Config, base_path: str):
     """The learner of ``cfg`` as one plain value (built here, or by each rank actor)."""
+    from echo2_sdk.runtime.learning.schedule import LrSchedule
     from echo2_sdk.runtime.learning.spec import LearnerSpec
 
     a, ln = cfg.algo, cfg.learner
     return LearnerSpec(
         base_path=base_path, rollout_dtype=cfg.model.dtype, with_reference=a.kl_coef > 0,
-        lr=a.lr, weight_decay=a.weight_decay, max_grad_norm=a.max_grad_norm, num_minibatches=a.num_minibatches,
+        lr=a.lr, lr_schedule=LrSchedule(a.lr, a.lr_schedule, total_steps=cfg.train.steps,
+                                         warmup_steps=a.lr_warmup_steps, min_ratio=a.lr_min_ratio),
+        weight_decay=a.weight_decay, max_grad_norm=a.max_grad_norm, num_minibatches=a.num_minibatches,
         loss_name=a.loss,
         loss_kwargs={"clip_eps_low": a.clip_eps_low, "clip_eps_high": a.clip_eps_high, "tis_cap": a.tis_cap,
                      "kl_coef": a.kl_coef, "loss_agg": a.loss_agg, "correction": a.correction,

@@ -30,6 +30,7 @@ from echo2_sdk.runtime.learning.base import TrainBatch
 from echo2_sdk.runtime.learning.checkpoint import load_learner_checkpoint, save_learner_checkpoint
 from echo2_sdk.runtime.learning.loss_check import check_loss_kwargs
 from echo2_sdk.runtime.learning.microbatch import MicroBatch, packing_stats, plan_minibatch
+from echo2_sdk.runtime.learning.schedule import LrSchedule
 from echo2_sdk.runtime.models.logprobs import SequenceLogprobs
 
 __all__ = ["Learner", "TrainBatch"]
@@ -45,6 +46,7 @@ class Learner:
     which then requires it. Dropout is disabled (eval mode) so old and new log-probs agree at the first
     update; `gradient_checkpointing=True` enables HF activation checkpointing. `micro_batch_tokens`
     bounds the padded tokens of one forward/backward (None: a mini-batch's share in one pass).
+    `lr_schedule` gives each step's lr from the learner's version (default: `lr` at every step).
     `group` is this process's rank (default: the initialised process group, else a single rank);
     `shard` forces FSDP2 on a single rank too (default: shard when there are several ranks). `seed`
     seeds the learner-private generator that shuffles samples into mini-batches (the same on every
@@ -57,6 +59,7 @@ class Learner:
         *,
         ref_model: torch.nn.Module | None = None,
         lr: float = 1e-4,
+        lr_schedule: LrSchedule | None = None,
         weight_decay: float = 0.0,
         betas: tuple[float, float] = (0.9, 0.999),
         max_grad_norm: float | None = 1.0,
@@ -114,6 +117,7 @@ class Learner:
         self._params = list(sharding.trainable(self.model))
         if not self._params:
             raise ValueError("model has no parameters with requires_grad=True; nothing to train")
+        self.lr_schedule = lr_schedule if lr_schedule is not None else LrSchedule(lr)
         self.optimizer = torch.optim.AdamW(self._params, lr=lr, betas=tuple(betas), weight_decay=weight_decay)
         self.generator = torch.Generator(device="cpu").manual_seed(seed)
         self.version = 0
@@ -162,6 +166,8 @@ class Learner:
         mine = [plan.per_rank[self.group.rank] for plan in plans]
         parts = [[self._window(batch, mb) for mb in share] for share in mine]  # cut and moved once per step
 
+        for param_group in self.optimizer.param_groups:  # set every step: a resumed optimizer brings its last lr
+            param_group["lr"] = self.lr_schedule.lr_at(self.version)
         self._set_train_mode()
         with torch.no_grad():  # θ_old (and reference) log-probs, in the same micro-batch shapes as below
             old = [[self._logprobs(self.model, part) for part in row] for row in parts]

@@ -8,6 +8,7 @@ from typing import Callable
 import torch
 
 from echo2_sdk.runtime.learning import memory, sharding
+from echo2_sdk.runtime.learning.schedule import LrSchedule
 
 
 @dataclass(frozen=True)
@@ -21,6 +22,8 @@ class LearnerSpec:
     with_reference: bool = False
     """Load a frozen reference copy (only when the KL term needs it)."""
     lr: float = 1e-4
+    lr_schedule: LrSchedule | None = None
+    """Per-step lr (None: ``lr`` throughout)."""
     weight_decay: float = 0.0
     max_grad_norm: float | None = 1.0
     num_minibatches: int = 2
@@ -58,7 +61,7 @@ class LearnerSpec:
                               headroom_frac=self.memory_headroom_frac)
         ref = load_policy(self.base_path, dtype=master, device="cpu")[0] if self.with_reference else None
         learner = Learner(
-            model, ref_model=ref, lr=self.lr, weight_decay=self.weight_decay, max_grad_norm=self.max_grad_norm,
+            model, ref_model=ref, lr=self.lr, lr_schedule=self.lr_schedule, weight_decay=self.weight_decay, max_grad_norm=self.max_grad_norm,
             num_minibatches=self.num_minibatches, loss_name=self.loss_name, loss_kwargs=dict(self.loss_kwargs),
             temperature=self.temperature, device=device, seed=self.seed,
             gradient_checkpointing=self.gradient_checkpointing, micro_batch_tokens=self.micro_batch_tokens,
