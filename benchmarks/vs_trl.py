@@ -133,7 +133,8 @@ def time_to_reach(curve: tuple[Point, ...], target: float) -> float | None:
 
 # ----- the runs ---------------------------------------------------------------------------------------
 def trl_schedule(algo) -> dict:
-    """echo2's lr schedule in TRL's terms (its schedulers count optimizer updates, ours learner steps)."""
+    """echo2's lr schedule in TRL's terms (its schedulers count optimizer updates, ours learner steps; with a
+    warm-up TRL's first update is at lr 0, ours at lr / warmup_steps)."""
     if algo.lr_min_ratio > 0 and algo.lr_schedule != "cosine":
         raise SystemExit(f"algo.lr_min_ratio={algo.lr_min_ratio} with lr_schedule={algo.lr_schedule} has no "
                          "TRL equivalent; use lr_schedule=cosine or lr_min_ratio=0")

@@ -127,8 +127,9 @@ class AlgoConfig:
     """AdamW learning rate (the peak, with ``lr_schedule``)."""
     lr_schedule: Literal["constant", "linear", "cosine"] = "constant"
     """How the lr moves over ``train.steps`` learner steps after the warm-up: ``constant``, or a ``linear`` /
-    ``cosine`` decay to ``lr * lr_min_ratio`` at the last step. It is a function of the learner's step, so
-    ``--resume`` continues on the same curve."""
+    ``cosine`` decay towards ``lr * lr_min_ratio``, reached one step past the last (Hugging Face's counting, so
+    no step trains at the floor). It is a function of the learner's step, so ``--resume`` continues on the
+    same curve."""
     lr_warmup_steps: int = 0
     """Learner steps of linear warm-up from lr / lr_warmup_steps up to lr (0: none)."""
     lr_min_ratio: float = 0.0

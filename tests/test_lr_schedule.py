@@ -49,6 +49,8 @@ def test_the_learner_trains_each_step_at_the_schedules_lr_and_a_resume_continues
     resumed.train_step(batch)
     assert all(torch.equal(a, b) for a, b in zip(before, resumed.model.parameters()))
     assert Learner(tiny_model(), lr=5e-4).train_step(batch)["lr"] == pytest.approx(5e-4)  # default: constant
+    with pytest.raises(ValueError, match="differs from lr"):  # one source of truth for the peak
+        Learner(tiny_model(), lr=5e-4, lr_schedule=sched)
 
 
 def test_the_config_reaches_the_learner_spec_and_bad_values_are_one_line_errors():

@@ -82,6 +82,9 @@ class Learner:
             raise ValueError(f"temperature={temperature} must be > 0; use the sampler's (1.0 if it was greedy)")
         if max_grad_norm is not None and not max_grad_norm > 0:
             raise ValueError(f"max_grad_norm={max_grad_norm} must be > 0, or None to not clip")
+        if lr_schedule is not None and lr_schedule.base_lr != lr:
+            raise ValueError(f"lr_schedule.base_lr={lr_schedule.base_lr} differs from lr={lr}; build the schedule "
+                             "from the same lr")
         if micro_batch_tokens is not None and micro_batch_tokens < 2:
             raise ValueError(f"micro_batch_tokens={micro_batch_tokens} must be >= 2, or None for whole mini-batches")
         dtype = sharding.master_dtype(precision)

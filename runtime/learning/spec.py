@@ -61,7 +61,8 @@ class LearnerSpec:
                               headroom_frac=self.memory_headroom_frac)
         ref = load_policy(self.base_path, dtype=master, device="cpu")[0] if self.with_reference else None
         learner = Learner(
-            model, ref_model=ref, lr=self.lr, lr_schedule=self.lr_schedule, weight_decay=self.weight_decay, max_grad_norm=self.max_grad_norm,
+            model, ref_model=ref, lr=self.lr, lr_schedule=self.lr_schedule, weight_decay=self.weight_decay,
+            max_grad_norm=self.max_grad_norm,
             num_minibatches=self.num_minibatches, loss_name=self.loss_name, loss_kwargs=dict(self.loss_kwargs),
             temperature=self.temperature, device=device, seed=self.seed,
             gradient_checkpointing=self.gradient_checkpointing, micro_batch_tokens=self.micro_batch_tokens,
