@@ -21,7 +21,10 @@ seeds resolve only large gaps. Admission control is off (``runtime.admission_con
 dropped-stale fraction): workers stay busy and the realised staleness fills [0, S] (probe: S=11 trained
 on every staleness 2..11 in equal shares, mean 6.3; S=2 mean 1.5). ``--admission-on S ...`` adds runs
 of those S with it on. kappa is the default S - 1. Sync runs once per seed, with ``tis`` (on-policy,
-rho = 1, so tis = none = icepop there).
+rho = 1, so tis = none = icepop there). The learner scores row by row (``learner.shared_prefix=false``,
+before the user's ``--set``): the packed learner is ~3× faster, the workers then set the pace and most
+batches arrive fresh, while the sweep wants generation ahead of the learner so that the realised
+staleness fills [0, S] (and its README figures were measured so).
 
 Output: OUT/sweep.json (every run; per cell the final reward = mean of the last 10% of steps and the
 held-out accuracy after training, mean / min / max / half-range over seeds, staleness histogram, mean
@@ -104,7 +107,7 @@ class SweepSpec:
 
     def run_sets(self, key: RunKey, base_model: Path) -> list[str]:
         return [f"train.steps={self.steps}", f"train.eval_every={self.eval_every}", "train.checkpoint_every=0",
-                "train.plots=false", *self.sets, f"model.name={base_model}", "model.warm_start.enabled=false",
+                "train.plots=false", "learner.shared_prefix=false", *self.sets, f"model.name={base_model}", "model.warm_start.enabled=false",
                 *key.overrides()]
 
 

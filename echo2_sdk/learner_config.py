@@ -28,6 +28,14 @@ class LearnerConfig:
     gradient_checkpointing: bool = False
     """Recompute each decoder layer's activations in backward (HF activation checkpointing): activations
     shrink to one layer input per token and layer, at about a third more compute."""
+    shared_prefix: bool = False
+    """Score the untrained prefix the samples of a group share (the prompt; for games, the system prompt and
+    first observation) once per micro-batch instead of once per sample: each prefix is one packed row
+    followed by all its continuations under a block attention mask (``runtime/models/shared_prefix.py``).
+    The same log-probs on every trained token, to float rounding; n · (P + A) tokens become P + n · A.
+    Costs a [L, L] boolean mask per packed row and needs ``sdpa`` or ``eager`` attention, so it is off by
+    default; worth it when prompts are long next to the answers (the quickstart's learner step: 0.34× the
+    time, ``benchmarks/shared_prefix.py``)."""
     gpus_per_rank: float = 0
     """GPUs each rank actor reserves (``num_ranks`` ≥ 2); 0 on CPU. GPU configs set 1."""
     backend: Literal["auto", "nccl", "gloo"] = "auto"

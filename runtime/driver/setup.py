@@ -111,7 +111,8 @@ def learner_spec(cfg: Echo2Config, base_path: str):
                      "is_low": a.is_low, "is_high": a.is_high},
         temperature=cfg.rollout.temperature if cfg.rollout.temperature > 0 else 1.0, seed=cfg.train.seed,
         micro_batch_tokens=ln.micro_batch_tokens, precision=ln.precision,
-        gradient_checkpointing=ln.gradient_checkpointing, num_ranks=ln.num_ranks, check_memory=ln.check_memory,
+        gradient_checkpointing=ln.gradient_checkpointing, shared_prefix=ln.shared_prefix, num_ranks=ln.num_ranks,
+        check_memory=ln.check_memory,
         memory_headroom_frac=ln.memory_headroom_frac,
     )
 

@@ -31,7 +31,8 @@ from echo2_sdk.runtime.learning.checkpoint import load_learner_checkpoint, save_
 from echo2_sdk.runtime.learning.loss_check import check_loss_kwargs
 from echo2_sdk.runtime.learning.microbatch import MicroBatch, packing_stats, plan_minibatch
 from echo2_sdk.runtime.learning.schedule import LrSchedule
-from echo2_sdk.runtime.models.logprobs import SequenceLogprobs
+from echo2_sdk.runtime.models.logprobs import SequenceLogprobs, attention_implementation
+from echo2_sdk.runtime.models.shared_prefix import MASKABLE_ATTENTION, prefix_ends
 
 __all__ = ["Learner", "TrainBatch"]
 
@@ -48,7 +49,9 @@ class Learner:
     bounds the padded tokens of one forward/backward (None: a mini-batch's share in one pass).
     `lr_schedule` gives each step's lr from the learner's version (default: `lr` at every step).
     `group` is this process's rank (default: the initialised process group, else a single rank);
-    `shard` forces FSDP2 on a single rank too (default: shard when there are several ranks). `seed`
+    `shard` forces FSDP2 on a single rank too (default: shard when there are several ranks).
+    `shared_prefix=True` scores the rows that share an untrained prefix (a group's prompt) in one packed
+    pass (``runtime.models.shared_prefix``): the same log-probs on the trained targets, fewer tokens. `seed`
     seeds the learner-private generator that shuffles samples into mini-batches (the same on every
     rank); the global RNGs are left alone (but saved in checkpoints).
     """
@@ -75,6 +78,7 @@ class Learner:
         rollout_dtype: torch.dtype | None = None,
         group: sharding.RankGroup | None = None,
         shard: bool | None = None,
+        shared_prefix: bool = False,
     ) -> None:
         if num_minibatches < 1:
             raise ValueError(f"num_minibatches={num_minibatches} must be >= 1 (default 2)")
@@ -104,6 +108,11 @@ class Learner:
         self.temperature = float(temperature)
         self.max_grad_norm = max_grad_norm
         self.gradient_checkpointing = gradient_checkpointing
+        self.shared_prefix = shared_prefix
+        if shared_prefix and attention_implementation(model) not in MASKABLE_ATTENTION:
+            raise ValueError(f"shared_prefix=True needs attention in {MASKABLE_ATTENTION}, the model uses "
+                             f"{attention_implementation(model)!r}; load it with attn_implementation='sdpa' "
+                             "or set learner.shared_prefix=false")
         self.tied = sharding.aliases(model)
         self.model = model
         self.ref_model = ref_model.eval().requires_grad_(False) if ref_model is not None else None
@@ -262,7 +271,8 @@ class Learner:
 
     def _logprobs(self, model: torch.nn.Module, mb: TrainBatch) -> Tensor:
         with sharding.compute_context(self.precision, self.device, self.sharded):
-            return self._scorers[id(model)](mb.input_ids, mb.attention_mask, self.temperature)
+            ends = prefix_ends(mb.loss_mask, mb.attention_mask) if self.shared_prefix else None
+            return self._scorers[id(model)](mb.input_ids, mb.attention_mask, self.temperature, ends)
 
     def _agreement(self, size: int, mine, parts, old) -> dict[str, Tensor]:
         """Per-sequence θ_old vs sampler log-prob sums (``runtime.agreement``), [size] each, in batch order."""

@@ -34,6 +34,8 @@ class LearnerSpec:
     micro_batch_tokens: int | None = None
     precision: str = "fp32"
     gradient_checkpointing: bool = False
+    shared_prefix: bool = False
+    """Score each group's shared untrained prefix once (``learner.shared_prefix``)."""
     num_ranks: int = 1
     check_memory: bool = True
     memory_headroom_frac: float = 0.1
@@ -67,7 +69,7 @@ class LearnerSpec:
             temperature=self.temperature, device=device, seed=self.seed,
             gradient_checkpointing=self.gradient_checkpointing, micro_batch_tokens=self.micro_batch_tokens,
             precision=self.precision, rollout_dtype=resolve_dtype(self.rollout_dtype), group=group,
-            shard=group.world_size > 1,
+            shard=group.world_size > 1, shared_prefix=self.shared_prefix,
         )
         return learner, tokenizer
 

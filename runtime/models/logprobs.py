@@ -76,17 +76,23 @@ def sequence_logprobs(
     rows = target_is_real.nonzero(as_tuple=True)
     states, targets = hidden[rows], input_ids[:, 1:][rows]  # [N, H], [N]
     out = torch.zeros(target_is_real.shape, dtype=torch.float32, device=hidden.device)
+    if targets.numel():
+        out = out.index_put(rows, chunked_head_logprobs(head, states, targets, temperature, chunk_tokens))
+    return out
+
+
+def chunked_head_logprobs(head: torch.nn.Module, states: torch.Tensor, targets: torch.Tensor, temperature: float,
+                          chunk_tokens: int) -> torch.Tensor:
+    """Log-probs of ``targets`` [N] under ``head(states)`` ([N, H]), ``chunk_tokens`` rows of logits at a time."""
     pieces = []
     for start in range(0, targets.numel(), chunk_tokens):
         h, t = states[start:start + chunk_tokens], targets[start:start + chunk_tokens]
-        if torch.is_grad_enabled():
+        if torch.is_grad_enabled():  # recomputed in backward: one chunk of [V]-wide logits alive at a time
             pieces.append(torch.utils.checkpoint.checkpoint(_head_logprobs, head, h, t, temperature,
                                                             use_reentrant=False))
         else:
             pieces.append(_head_logprobs(head, h, t, temperature))
-    if pieces:
-        out = out.index_put(rows, torch.cat(pieces))
-    return out
+    return torch.cat(pieces)
 
 
 def _head_logprobs(head: torch.nn.Module, states: torch.Tensor, targets: torch.Tensor,
@@ -125,5 +131,25 @@ class SequenceLogprobs(torch.nn.Module):
         super().__init__()
         self.lm = lm
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, temperature: float = 1.0,
+                prefix_ends: torch.Tensor | None = None) -> torch.Tensor:
+        """[B, T-1] log-probs; with ``prefix_ends`` [B], rows sharing a prefix score it once (``shared_prefix``)."""
+        if prefix_ends is not None:
+            from echo2_sdk.runtime.models import shared_prefix
+
+            plan = shared_prefix.plan_packing(input_ids.cpu(), attention_mask.cpu(), prefix_ends.cpu())
+            head = _chunkable_head(self.lm)
+            if plan is not None and head is not None:
+                def head_logprobs(states: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+                    return chunked_head_logprobs(head, states, targets, temperature, DEFAULT_CHUNK_TOKENS)
+
+                return shared_prefix.shared_prefix_logprobs(
+                    self.lm.get_decoder(), head_logprobs, plan, input_ids.shape,
+                    attention_implementation(self.lm), input_ids.device)
         return sequence_logprobs(self.lm, input_ids, attention_mask, temperature)
+
+
+def attention_implementation(model: torch.nn.Module) -> str:
+    """The Hugging Face attention implementation ``model`` runs (``sdpa``, ``eager``, ``flash_attention_2``, …)."""
+    config = getattr(model, "config", None)
+    return str(getattr(config, "_attn_implementation", None) or "eager")
