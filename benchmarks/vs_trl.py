@@ -38,8 +38,9 @@ evaluation with the config's ``train.eval_*``: avg@8 at temperature 1.0 on the `
 Output: ``vs_trl.json`` (also printed) — per system its steps, wall_s, reward curve (step, wall_s,
 reward_mean), final reward (mean of the last 10% of steps), the time its trailing 10%-of-steps mean first
 reaches TRL's final reward, held-out accuracy; the ratios; versions and cores — and ``vs_trl.png``.
-Default 150 steps: ~6-10 min for the warm start and the three runs on an idle 2-core machine (0.6-1.0 s a
-step, ~40 s of start-up per echo2 run); ``--quick``: 4 steps of 4 prompts × 8 samples, a smoke run (~2 min).
+Default 150 steps: ~5-7 min for the warm start and the three runs on an idle 2-core machine (echo2
+0.25-0.3 s a step with the quickstart's ``learner.shared_prefix``, TRL ~0.5 s; ~30 s of start-up per
+echo2 run); ``--quick``: 4 steps of 4 prompts × 8 samples, a smoke run (~2 min).
 """
 
 from __future__ import annotations
