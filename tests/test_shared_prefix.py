@@ -112,6 +112,15 @@ def test_a_shared_prefix_learner_trains_like_the_row_by_row_one_and_runs_fewer_t
     assert runs and all(p is not None and p.packed_tokens < p.unpacked_tokens for p in runs)
 
 
+def test_packing_under_activation_checkpointing_trains_alike():
+    batch = group_batch()
+    plain = Learner(tiny_model(), lr=1e-3, seed=3)
+    packed = Learner(tiny_model(), lr=1e-3, seed=3, shared_prefix=True, gradient_checkpointing=True)
+    expected, got = plain.train_step(batch), packed.train_step(batch)
+    assert got["loss"] == pytest.approx(expected["loss"], abs=1e-6)
+    assert got["grad_norm"] == pytest.approx(expected["grad_norm"], rel=1e-5)
+
+
 def test_bf16_mixed_packs_too():
     batch = group_batch()
     plain = Learner(tiny_model(), lr=1e-3, precision="bf16-mixed", seed=3)
