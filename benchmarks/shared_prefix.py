@@ -83,10 +83,10 @@ def make_batch(shape: Shape, model):
 
 def measure(name: str, shape: Shape, repeats: int) -> dict:
     from echo2_sdk.runtime.learning.learner import Learner
-    from echo2_sdk.runtime.models.shared_prefix import plan_packing, prefix_ends
+    from echo2_sdk.runtime.models.shared_prefix import plan_packing
 
     batch = make_batch(shape, make_model(shape))
-    plan = plan_packing(batch.input_ids, batch.attention_mask, prefix_ends(batch.loss_mask, batch.attention_mask))
+    plan = plan_packing(batch.input_ids, batch.attention_mask, batch.loss_mask)
     learners = {mode: Learner(make_model(shape), lr=1e-5, num_minibatches=2, seed=3, shared_prefix=mode == "packed")
                 for mode in ("row_by_row", "packed")}
     times: dict[str, list[float]] = {mode: [] for mode in learners}

@@ -107,8 +107,8 @@ class SweepSpec:
 
     def run_sets(self, key: RunKey, base_model: Path) -> list[str]:
         return [f"train.steps={self.steps}", f"train.eval_every={self.eval_every}", "train.checkpoint_every=0",
-                "train.plots=false", "learner.shared_prefix=false", *self.sets, f"model.name={base_model}", "model.warm_start.enabled=false",
-                *key.overrides()]
+                "train.plots=false", "learner.shared_prefix=false", *self.sets, f"model.name={base_model}",
+                "model.warm_start.enabled=false", *key.overrides()]
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ import torch
 
 from echo2_sdk.config import load_config
 from echo2_sdk.runtime.driver.setup import learner_spec
+from echo2_sdk.runtime.learning import learner as learner_module
 from echo2_sdk.runtime.learning import sharding
 from echo2_sdk.runtime.learning.base import TrainBatch
 from echo2_sdk.runtime.learning.learner import Learner
@@ -52,7 +53,7 @@ def test_the_packing_of_two_rows_sharing_a_prompt_by_hand():
     attn = (ids > 0).long()
     loss_mask = torch.tensor([[0., 1, 1, 0], [0, 1, 0, 0], [0, 0, 1, 1]])  # prompts [5 6], [5 6], [4 6 7]
     assert prefix_ends(loss_mask, attn).tolist() == [2, 2, 3]
-    plan = plan_packing(ids, attn, prefix_ends(loss_mask, attn))
+    plan = plan_packing(ids, attn, loss_mask)
     assert plan.input_ids.tolist() == [[5, 6, 7, 8, 9], [4, 6, 7, 1, 2]]
     assert plan.position_ids.tolist() == [[0, 1, 2, 3, 2], [0, 1, 2, 3, 4]]
     assert plan.allowed[0].int().tolist() == [[1, 0, 0, 0, 0],  # prefix: causal
@@ -65,10 +66,10 @@ def test_the_packing_of_two_rows_sharing_a_prompt_by_hand():
                     plan.targets.tolist()))[:3] == [(0, 1, 0, 1, 7), (0, 2, 0, 2, 8), (1, 1, 0, 1, 9)]
     assert (plan.packed_tokens, plan.unpacked_tokens) == (10, 12)
     # nothing shared: no plan (the row-by-row forward is no slower); a gap in a row's mask: no plan
-    assert plan_packing(ids[2:], attn[2:], prefix_ends(loss_mask[2:], attn[2:])) is None
+    assert plan_packing(ids[2:], attn[2:], loss_mask[2:]) is None
     gappy = attn.clone()
     gappy[0, 1] = 0
-    assert plan_packing(ids, gappy, prefix_ends(loss_mask, gappy)) is None
+    assert plan_packing(ids, gappy, loss_mask) is None
 
 
 @pytest.mark.parametrize("left_pad", [False, True])
@@ -81,7 +82,8 @@ def test_packed_log_probs_and_gradients_equal_the_row_by_row_ones(left_pad, atte
     for with_prefix in (False, True):
         model = tiny_model()
         model.config._attn_implementation = attention
-        out = SequenceLogprobs(model)(batch.input_ids, batch.attention_mask, 1.0, ends if with_prefix else None)
+        pack = plan_packing(batch.input_ids, batch.attention_mask, batch.loss_mask) if with_prefix else None
+        out = SequenceLogprobs(model)(batch.input_ids, batch.attention_mask, 1.0, pack)
         (out * batch.loss_mask * batch.advantages).sum().backward()
         grads.append({n: p.grad.clone() for n, p in model.named_parameters()})
         outs.append(out.detach())
@@ -101,8 +103,7 @@ def test_a_shared_prefix_learner_trains_like_the_row_by_row_one_and_runs_fewer_t
     plain = Learner(tiny_model(), lr=1e-3, num_minibatches=2, seed=3)
     packed = Learner(tiny_model(), lr=1e-3, num_minibatches=2, seed=3, shared_prefix=True)
     runs = []
-    real = shared_prefix.plan_packing
-    monkeypatch.setattr(shared_prefix, "plan_packing", lambda *a: runs.append(real(*a)) or runs[-1])
+    monkeypatch.setattr(learner_module, "plan_packing", lambda *a: runs.append(plan_packing(*a)) or runs[-1])
     for _ in range(2):
         expected, got = plain.train_step(batch), packed.train_step(batch)
         assert got["loss"] == pytest.approx(expected["loss"], abs=1e-6)

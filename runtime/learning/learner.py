@@ -32,7 +32,7 @@ from echo2_sdk.runtime.learning.loss_check import check_loss_kwargs
 from echo2_sdk.runtime.learning.microbatch import MicroBatch, packing_stats, plan_minibatch
 from echo2_sdk.runtime.learning.schedule import LrSchedule
 from echo2_sdk.runtime.models.logprobs import SequenceLogprobs, attention_implementation
-from echo2_sdk.runtime.models.shared_prefix import MASKABLE_ATTENTION, prefix_ends
+from echo2_sdk.runtime.models.shared_prefix import PackPlan, plan_packing, require_maskable_attention
 
 __all__ = ["Learner", "TrainBatch"]
 
@@ -109,10 +109,8 @@ class Learner:
         self.max_grad_norm = max_grad_norm
         self.gradient_checkpointing = gradient_checkpointing
         self.shared_prefix = shared_prefix
-        if shared_prefix and attention_implementation(model) not in MASKABLE_ATTENTION:
-            raise ValueError(f"shared_prefix=True needs attention in {MASKABLE_ATTENTION}, the model uses "
-                             f"{attention_implementation(model)!r}; load it with attn_implementation='sdpa' "
-                             "or set learner.shared_prefix=false")
+        if shared_prefix:
+            require_maskable_attention(attention_implementation(model))
         self.tied = sharding.aliases(model)
         self.model = model
         self.ref_model = ref_model.eval().requires_grad_(False) if ref_model is not None else None
@@ -177,24 +175,26 @@ class Learner:
                  for idx in torch.tensor_split(order, self.num_minibatches)]
         mine = [plan.per_rank[self.group.rank] for plan in plans]
         parts = [[self._window(batch, mb) for mb in share] for share in mine]  # cut and moved once per step
+        packs = [[self._pack(part) for part in row] for row in parts]  # planned once for all three passes
 
         for param_group in self.optimizer.param_groups:  # set every step: a resumed optimizer brings its last lr
             param_group["lr"] = self.lr_schedule.lr_at(self.version)
         self._set_train_mode()
         with torch.no_grad():  # θ_old (and reference) log-probs, in the same micro-batch shapes as below
-            old = [[self._logprobs(self.model, part) for part in row] for row in parts]
-            ref = [[self._logprobs(self.ref_model, part) if self.ref_model is not None else None for part in row]
-                   for row in parts]
+            old = [[self._logprobs(self.model, part, pack) for part, pack in zip(row, packed)]
+                   for row, packed in zip(parts, packs)]
+            ref = [[self._logprobs(self.ref_model, part, pack) if self.ref_model is not None else None
+                    for part, pack in zip(row, packed)] for row, packed in zip(parts, packs)]
             self.last_agreement = self._agreement(len(batch), mine, parts, old)
 
         per_mb: list[dict[str, float]] = []
         tokens_per_mb: list[float] = []
         skipped = 0
-        for plan, share, row, old_lps, ref_lps in zip(plans, mine, parts, old, ref):
+        for plan, share, row, packed, old_lps, ref_lps in zip(plans, mine, parts, packs, old, ref):
             rows = torch.tensor(plan.rows)
             units = float(aggregation_units(batch.loss_mask[rows], self.loss_agg))
             tokens = float(batch.loss_mask[rows].sum())
-            metrics, grad_norm = self._update(share, row, old_lps, ref_lps, units, tokens)
+            metrics, grad_norm = self._update(share, row, packed, old_lps, ref_lps, units, tokens)
             if math.isfinite(grad_norm):
                 self.optimizer.step()
                 self.num_optimizer_steps += 1
@@ -224,7 +224,7 @@ class Learner:
         )
         return out
 
-    def _update(self, share, parts, old_lps, ref_lps, units: float, tokens: float):
+    def _update(self, share, parts, packs, old_lps, ref_lps, units: float, tokens: float):
         """Accumulate one mini-batch's gradients over this rank's micro-batches; return (metrics, grad norm).
 
         Each pass's loss is weighted by units(part) / units(mini-batch, all ranks): summed over passes and
@@ -236,9 +236,9 @@ class Learner:
         max_keys = [k for k in self._metric_names if k.endswith("_max")]
         sums = dict.fromkeys(["loss", *(k for k in self._metric_names if k not in max_keys)], 0.0)
         maxima = dict.fromkeys(max_keys, -math.inf)
-        for mb, part, old_lp, ref_lp in zip(share, parts, old_lps, ref_lps):
+        for mb, part, pack, old_lp, ref_lp in zip(share, parts, packs, old_lps, ref_lps):
             loss, metrics = self.loss_fn(
-                self._logprobs(self.model, part), old_lp, part.sampler_logprobs, part.advantages, part.loss_mask,
+                self._logprobs(self.model, part, pack), old_lp, part.sampler_logprobs, part.advantages, part.loss_mask,
                 ref_logprobs=ref_lp, **self.loss_kwargs,
             )
             part_units = float(aggregation_units(part.loss_mask, self.loss_agg))
@@ -269,10 +269,15 @@ class Learner:
             start = stop - 2
         return batch.window(torch.tensor(mb.rows), start, stop).to(self.device)
 
-    def _logprobs(self, model: torch.nn.Module, mb: TrainBatch) -> Tensor:
+    def _pack(self, part: TrainBatch) -> PackPlan | None:
+        """The shared-prefix packing of a micro-batch (None: scored row by row)."""
+        if not self.shared_prefix:
+            return None
+        return plan_packing(part.input_ids.cpu(), part.attention_mask.cpu(), part.loss_mask.cpu())
+
+    def _logprobs(self, model: torch.nn.Module, mb: TrainBatch, pack: PackPlan | None = None) -> Tensor:
         with sharding.compute_context(self.precision, self.device, self.sharded):
-            ends = prefix_ends(mb.loss_mask, mb.attention_mask) if self.shared_prefix else None
-            return self._scorers[id(model)](mb.input_ids, mb.attention_mask, self.temperature, ends)
+            return self._scorers[id(model)](mb.input_ids, mb.attention_mask, self.temperature, pack)
 
     def _agreement(self, size: int, mine, parts, old) -> dict[str, Tensor]:
         """Per-sequence θ_old vs sampler log-prob sums (``runtime.agreement``), [size] each, in batch order."""

@@ -132,21 +132,19 @@ class SequenceLogprobs(torch.nn.Module):
         self.lm = lm
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, temperature: float = 1.0,
-                prefix_ends: torch.Tensor | None = None) -> torch.Tensor:
-        """[B, T-1] log-probs; with ``prefix_ends`` [B], rows sharing a prefix score it once (``shared_prefix``)."""
-        if prefix_ends is not None:
-            from echo2_sdk.runtime.models import shared_prefix
+                pack=None) -> torch.Tensor:
+        """[B, T-1] log-probs; with ``pack`` (a ``shared_prefix.PackPlan`` of these rows) each shared prefix
+        runs once."""
+        head = _chunkable_head(self.lm) if pack is not None else None
+        if head is None:
+            return sequence_logprobs(self.lm, input_ids, attention_mask, temperature)
+        from echo2_sdk.runtime.models.shared_prefix import shared_prefix_logprobs
 
-            plan = shared_prefix.plan_packing(input_ids.cpu(), attention_mask.cpu(), prefix_ends.cpu())
-            head = _chunkable_head(self.lm)
-            if plan is not None and head is not None:
-                def head_logprobs(states: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-                    return chunked_head_logprobs(head, states, targets, temperature, DEFAULT_CHUNK_TOKENS)
+        def head_logprobs(states: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+            return chunked_head_logprobs(head, states, targets, temperature, DEFAULT_CHUNK_TOKENS)
 
-                return shared_prefix.shared_prefix_logprobs(
-                    self.lm.get_decoder(), head_logprobs, plan, input_ids.shape,
-                    attention_implementation(self.lm), input_ids.device)
-        return sequence_logprobs(self.lm, input_ids, attention_mask, temperature)
+        return shared_prefix_logprobs(self.lm.get_decoder(), head_logprobs, pack, input_ids.shape,
+                                      attention_implementation(self.lm), input_ids.device)
 
 
 def attention_implementation(model: torch.nn.Module) -> str:

@@ -22,7 +22,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-__all__ = ["MASKABLE_ATTENTION", "PackPlan", "plan_packing", "prefix_ends", "shared_prefix_logprobs"]
+__all__ = ["MASKABLE_ATTENTION", "PackPlan", "plan_packing", "prefix_ends", "require_maskable_attention",
+           "shared_prefix_logprobs"]
 
 MASKABLE_ATTENTION = ("sdpa", "eager")
 """Hugging Face attention implementations that honour a custom 4-D mask."""
@@ -57,6 +58,15 @@ class PackPlan:
     """Real tokens the row-by-row forward runs."""
 
 
+def _real_spans(attention_mask: Tensor) -> tuple[Tensor, Tensor]:
+    """(first real column, one past the last) of each row: [B] long each (0, 0 for an empty row)."""
+    real = attention_mask.bool()
+    first = real.int().argmax(dim=1)
+    last = real.shape[1] - real.flip(1).int().argmax(dim=1)
+    empty = ~real.any(dim=1)
+    return first.masked_fill(empty, 0), last.masked_fill(empty, 0)
+
+
 def prefix_ends(loss_mask: Tensor, attention_mask: Tensor) -> Tensor:
     """Per row, the end (exclusive, in column coordinates) of its untrained prefix: [B] long.
 
@@ -67,32 +77,25 @@ def prefix_ends(loss_mask: Tensor, attention_mask: Tensor) -> Tensor:
     tensor([3, 3])
     """
     trained = loss_mask.bool()
-    first = trained.int().argmax(dim=1)
-    real = attention_mask.bool()
-    last_real = real.shape[1] - real.flip(1).int().argmax(dim=1)  # one past the last real token
-    return torch.where(trained.any(dim=1), first + 1, last_real)
+    return torch.where(trained.any(dim=1), trained.int().argmax(dim=1) + 1, _real_spans(attention_mask)[1])
 
 
-def plan_packing(input_ids: Tensor, attention_mask: Tensor, ends: Tensor) -> PackPlan | None:
-    """The packing of rows ``input_ids`` [B, T] whose prefixes end at ``ends`` [B]; None where it cannot pack.
+def plan_packing(input_ids: Tensor, attention_mask: Tensor, loss_mask: Tensor) -> PackPlan | None:
+    """The packing of rows ``input_ids`` [B, T] (``loss_mask`` [B, T-1] says where each prefix ends); None
+    where it cannot pack.
 
     Rows group by their exact prefix tokens. None when a row's real tokens are not one contiguous run
     (the packed positions would differ from the row's) or when packing would not run fewer tokens.
     """
-    real = attention_mask.bool()
+    first, last = _real_spans(attention_mask)
+    if bool(((last - first) != attention_mask.bool().sum(dim=1)).any()) or bool((last == first).any()):
+        return None
+    ends = torch.minimum(torch.maximum(prefix_ends(loss_mask, attention_mask), first + 1), last)
+    spans = list(zip(first.tolist(), ends.tolist(), last.tolist()))
     groups: dict[bytes, list[int]] = {}
-    spans: list[tuple[int, int, int]] = []
-    for b in range(input_ids.shape[0]):
-        idx = real[b].nonzero().flatten()
-        if idx.numel() == 0:
-            return None
-        start, stop = int(idx[0]), int(idx[-1]) + 1
-        if idx.numel() != stop - start:
-            return None
-        end = min(max(int(ends[b]), start + 1), stop)
-        spans.append((start, end, stop))
+    for b, (start, end, _) in enumerate(spans):
         groups.setdefault(input_ids[b, start:end].numpy().tobytes(), []).append(b)
-    unpacked = sum(stop - start for start, _, stop in spans)
+    unpacked = int((last - first).sum())
     lengths = [(spans[rows[0]][1] - spans[rows[0]][0]) + sum(spans[b][2] - spans[b][1] for b in rows)
                for rows in groups.values()]
     if sum(lengths) >= unpacked:
@@ -110,34 +113,38 @@ def plan_packing(input_ids: Tensor, attention_mask: Tensor, ends: Tensor) -> Pac
         seg[g, :plen] = 0
         cursor = plen
         for k, b in enumerate(rows, start=1):
-            start, end, stop = spans[b]
+            _, end, stop = spans[b]
             n = stop - end
             ids[g, cursor:cursor + n] = input_ids[b, end:stop]
             pos[g, cursor:cursor + n] = plen + torch.arange(n)
             seg[g, cursor:cursor + n] = k
             # targets t = end-1 … stop-2: the first from the prefix's last token, the rest from the suffix
-            t = torch.arange(end - 1, stop - 1)
             src_pos.append(torch.cat([torch.tensor([plen - 1]), cursor + torch.arange(n - 1)]) if n > 0
                            else torch.zeros(0, dtype=torch.long))
-            src_row.append(torch.full((t.numel(),), g))
-            dst_row.append(torch.full((t.numel(),), b))
-            dst_pos.append(t)
+            src_row.append(torch.full((n,), g))
+            dst_row.append(torch.full((n,), b))
+            dst_pos.append(torch.arange(end - 1, stop - 1))
             targets.append(input_ids[b, end:stop])
             cursor += n
     causal = torch.ones(width, width, dtype=torch.bool).tril()
     same = (seg[:, :, None] == seg[:, None, :]) | (seg[:, None, :] == 0)
     allowed = causal & same & (seg[:, :, None] >= 0) & (seg[:, None, :] >= 0)
     allowed |= torch.eye(width, dtype=torch.bool)  # a padding query attends to itself: no empty softmax row
-    cat = lambda parts: torch.cat(parts) if parts else torch.zeros(0, dtype=torch.long)
-    return PackPlan(ids, pos, allowed, cat(src_row), cat(src_pos), cat(dst_row), cat(dst_pos), cat(targets),
-                    packed_tokens=sum(lengths), unpacked_tokens=unpacked)
+    return PackPlan(ids, pos, allowed, torch.cat(src_row), torch.cat(src_pos), torch.cat(dst_row),
+                    torch.cat(dst_pos), torch.cat(targets), packed_tokens=sum(lengths), unpacked_tokens=unpacked)
+
+
+def require_maskable_attention(implementation: str) -> None:
+    """Refuse an attention implementation that ignores a custom 4-D mask (one line naming the fix)."""
+    if implementation not in MASKABLE_ATTENTION:
+        raise ValueError(f"shared_prefix=True needs attention in {MASKABLE_ATTENTION}, the model uses "
+                         f"{implementation!r}; load it with attn_implementation='sdpa' or set "
+                         "learner.shared_prefix=false")
 
 
 def attention_mask_4d(allowed: Tensor, implementation: str, dtype: torch.dtype) -> Tensor:
     """[G, 1, L, L]: boolean for ``sdpa``, additive (0 / dtype min) for ``eager``."""
-    if implementation not in MASKABLE_ATTENTION:
-        raise ValueError(f"shared-prefix scoring needs attention in {MASKABLE_ATTENTION}, the model uses "
-                         f"{implementation!r}; load it with attn_implementation='sdpa' or set learner.shared_prefix=false")
+    require_maskable_attention(implementation)
     if implementation == "sdpa":
         return allowed[:, None]
     blocked = torch.zeros(allowed.shape, dtype=dtype).masked_fill(~allowed, torch.finfo(dtype).min)
