@@ -1,107 +1,195 @@
-"""Rollout-plane overhead and learner step time, printed as JSON.
+"""Rollout-plane overhead against the bare engine, and the learner step time, printed as JSON.
 
-On the same prompts, weights and sampling settings, each variant produces ``--requests`` batches
-back to back; the variants alternate for ``--repeats`` rounds so machine noise hits them alike, and
-medians are reported:
-  raw     — ``HFBackend.generate`` alone: the engine's rollout tokens/s;
-  worker  — ``RolloutWorker.generate`` in-process, one call at a time (generation + decoding +
-            guarded rewards + record building, serially);
-  actor   — the same worker as a Ray actor driven like the runtime drives it (two requests queued, so
-            reward scoring of one request overlaps generation of the next), results fetched by the
-            driver as JSON documents and decoded as the pool does.
-Also the learner's ``train_step`` time on the samples of one request.
+What the rollout path adds to ``HFBackend.generate``: decoding, guarded reward scoring (in the reward
+child process), record building, the JSON reply, Ray's transfer and the pool's decode. On this shared
+machine two identical back-to-back ``generate`` calls differ by up to 25%, more than the overhead, so
+the benchmark measures it two ways that machine noise cannot fake:
 
-    python benchmarks/rollout_overhead.py [--requests 6] [--repeats 3] [--prompts 16] [--n 8] [--max-new-tokens 16]
+  accounting — inside every worker call, the share of its wall time spent outside the engine
+               (``1 - t_generate_s / t_call``, serial), and for the actor driven as the runtime drives
+               it (two requests queued, so scoring one overlaps generating the next) the share of the
+               stream's wall time during which the engine was not generating (``1 - Σ t_generate_s / wall``);
+  paired A/B — the engine alone and the full path on the *same* prompts and sampling seeds (so the same
+               tokens: checked), in the same process, alternated in rotating order for ``--rounds``
+               rounds; the ratio of each round's times, median and a bootstrap 95% CI.
+
+Variants: ``engine`` (backend.generate in this process), ``worker`` (RolloutWorker.generate +
+the JSON reply, in this process), ``actor_engine`` (backend.generate inside the Ray actor),
+``actor`` (generate_wire on the actor, two in flight, decoded by the driver as the pool does),
+``actor_serial`` (the same, but the actor serves one whole request at a time: no scoring beside generation).
+
+    python benchmarks/rollout_overhead.py [--rounds 20] [--requests 4] [--prompts 16] [--n 8]
+                                          [--max-new-tokens 16] [--quick]
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
+import random
 import statistics
 import time
+from typing import Any, Sequence
 
 import torch
 
 
+def bootstrap_ci(values: Sequence[float], *, draws: int = 2000, seed: int = 0) -> tuple[float, float]:
+    """95% percentile-bootstrap interval of the median.
+
+    >>> bootstrap_ci([1.0, 1.0, 1.0])
+    (1.0, 1.0)
+    """
+    rng = random.Random(seed)
+    medians = sorted(statistics.median(rng.choices(values, k=len(values))) for _ in range(draws))
+    return medians[int(0.025 * draws)], medians[int(0.975 * draws) - 1]
+
+
+def summarize(values: Sequence[float]) -> dict[str, Any]:
+    lo, hi = bootstrap_ci(values)
+    return {"median": round(statistics.median(values), 4), "ci95": [round(lo, 4), round(hi, 4)],
+            "min": round(min(values), 4), "max": round(max(values), 4), "n": len(values)}
+
+
+def make_bench_worker_class() -> type:
+    from echo2_sdk.runtime.rollout.worker import RolloutWorker
+
+    import threading
+
+    class BenchWorker(RolloutWorker):
+        """The product worker plus benchmark hooks: rewind its seed counter, run the bare engine, serve serially."""
+
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self._serial = threading.Lock()
+
+        def rewind(self) -> None:
+            self._calls = 0
+
+        def generate_wire_serial(self, examples_wire: list[dict]) -> bytes:
+            """generate_wire, one request at a time: scoring no longer overlaps the next generation."""
+            with self._serial:
+                return self.generate_wire(examples_wire)
+
+        def engine_stream(self, examples_wire: list[dict], requests: int) -> tuple[int, float]:
+            from echo2_sdk.runtime.rollout.codec import example_from_dict
+
+            prompts = [self._prompt_ids(example_from_dict(e)) for e in examples_wire]
+            return run_engine(self.backend, prompts, self.n, self.sampling, requests)
+
+    return BenchWorker
+
+
+def run_engine(backend: Any, prompts: list[list[int]], n: int, sampling: Any, requests: int) -> tuple[int, float]:
+    """The engine alone, with the seeds the worker's first ``requests`` calls use; (tokens, seconds)."""
+    t0, tokens = time.perf_counter(), 0
+    for r in range(requests):
+        params = dataclasses.replace(sampling, seed=None if sampling.seed is None else sampling.seed + r)
+        tokens += sum(len(c.token_ids) for outs in backend.generate(prompts, n, params) for c in outs)
+    return tokens, time.perf_counter() - t0
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--requests", type=int, default=6, help="batches per measured stream")
-    ap.add_argument("--repeats", type=int, default=3, help="alternating measurement rounds")
-    ap.add_argument("--prompts", type=int, default=16, help="prompts per batch")
+    ap.add_argument("--rounds", type=int, default=20, help="paired rounds (each runs every variant once)")
+    ap.add_argument("--requests", type=int, default=4, help="requests per variant per round")
+    ap.add_argument("--prompts", type=int, default=16, help="prompts per request")
     ap.add_argument("--n", type=int, default=8, help="samples per prompt")
     ap.add_argument("--max-new-tokens", type=int, default=16)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--quick", action="store_true", help="a smoke run: 2 rounds, 2 requests, 4 prompts")
     args = ap.parse_args()
+    if args.quick:
+        args.rounds, args.requests, args.prompts = 2, 2, 4
     torch.set_num_threads(args.threads)
 
     import ray
 
-    from echo2_sdk.chat import chat_token_ids
     from echo2_sdk.records import group_from_wire
     from echo2_sdk.registry import make_task
-    from echo2_sdk.runtime.rollout.backends.base import SamplingParams
-    from echo2_sdk.runtime.rollout.backends.hf import HFBackend
     from echo2_sdk.runtime.learning.batching import collate
     from echo2_sdk.runtime.learning.learner import Learner
     from echo2_sdk.runtime.models.modeling import ensure_tiny_qwen3, load_policy
+    from echo2_sdk.runtime.rollout.backends.base import SamplingParams
     from echo2_sdk.runtime.rollout.base import WorkerSettings
-    from echo2_sdk.runtime.rollout.worker import RolloutWorker
+    from echo2_sdk.runtime.rollout.codec import example_to_dict, result_from_json, result_to_json
 
     path = ensure_tiny_qwen3()
     task = make_task("arith", {}, seed=0)
     examples = list(task.examples("train"))[: args.prompts]
-    params = SamplingParams(temperature=1.0, top_p=1.0, max_new_tokens=args.max_new_tokens, seed=0)
-    settings = WorkerSettings(model_path=path, task_name="arith", task_options={}, sampling=params,
+    wire_examples = [example_to_dict(ex) for ex in examples]
+    sampling = SamplingParams(temperature=1.0, top_p=1.0, max_new_tokens=args.max_new_tokens, seed=0)
+    settings = WorkerSettings(model_path=path, task_name="arith", task_options={}, sampling=sampling,
                               samples_per_prompt=args.n, seed=0, threads=args.threads)
 
-    model, tok = load_policy(path)
-    raw = HFBackend(model, tok)
-    prompts = [chat_token_ids(tok, task.build_messages(e)) for e in examples]
-    worker = RolloutWorker("bench", settings)
+    bench_worker = make_bench_worker_class()
+    worker = bench_worker("bench", settings)
+    prompts = [worker._prompt_ids(ex) for ex in examples]
     ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR")
-    actor = ray.remote(RolloutWorker).options(num_cpus=0, max_concurrency=2).remote("bench-actor", settings)
+    actor = ray.remote(bench_worker).options(num_cpus=0, max_concurrency=2).remote("bench-actor", settings)
     ray.get(actor.ping.remote())
 
-    def run_raw() -> tuple[int, float]:
-        t0, toks = time.perf_counter(), 0
-        for r in range(args.requests):
-            out = raw.generate(prompts, args.n, SamplingParams(1.0, 1.0, args.max_new_tokens, seed=r))
-            toks += sum(len(c.token_ids) for o in out for c in o)
-        return toks, time.perf_counter() - t0
+    serial_outside: list[float] = []
+    idle: dict[str, list[float]] = {"generate_wire": [], "generate_wire_serial": []}
 
     def run_worker() -> tuple[int, float]:
-        t0, toks = time.perf_counter(), 0
+        worker.rewind()
+        t0, tokens = time.perf_counter(), 0
         for _ in range(args.requests):
-            toks += worker.generate(examples).num_tokens
-        return toks, time.perf_counter() - t0
+            t_call = time.perf_counter()
+            result = worker.generate(examples)
+            result_to_json(result)  # the reply the actor would send
+            serial_outside.append(1 - result.t_generate_s / (time.perf_counter() - t_call))
+            tokens += result.num_tokens
+        return tokens, time.perf_counter() - t0
 
-    from echo2_sdk.runtime.rollout.codec import example_to_dict, result_from_json
+    def run_actor_engine() -> tuple[int, float]:
+        return ray.get(actor.engine_stream.remote(wire_examples, args.requests))
 
-    wire_examples = [example_to_dict(ex) for ex in examples]
-
-    def run_actor() -> tuple[int, float]:
-        t0, toks, inflight, submitted = time.perf_counter(), 0, [], 0
+    def run_actor_stream(method: str) -> tuple[int, float]:
+        ray.get(actor.rewind.remote())
+        t0, tokens, inflight, submitted, t_gen = time.perf_counter(), 0, [], 0, 0.0
         while submitted < args.requests or inflight:
             while len(inflight) < 2 and submitted < args.requests:
-                inflight.append(actor.generate_wire.remote(wire_examples))
+                inflight.append(getattr(actor, method).remote(wire_examples))
                 submitted += 1
             done, inflight = ray.wait(inflight, num_returns=1)
-            toks += result_from_json(ray.get(done[0])).num_tokens  # the pool's JSON path, decode included
-        return toks, time.perf_counter() - t0
+            result = result_from_json(ray.get(done[0]))  # the pool's JSON path, decode included
+            tokens += result.num_tokens
+            t_gen += result.t_generate_s
+        wall = time.perf_counter() - t0
+        idle[method].append(1 - t_gen / wall)
+        return tokens, wall
 
-    variants = {"raw": run_raw, "worker": run_worker, "actor": run_actor}
-    for fn in variants.values():  # warm-up: caches, allocator, the guard's child process
+    variants = {
+        "engine": lambda: run_engine(worker.backend, prompts, args.n, sampling, args.requests),
+        "worker": run_worker,
+        "actor_engine": run_actor_engine,
+        "actor": lambda: run_actor_stream("generate_wire"),
+        "actor_serial": lambda: run_actor_stream("generate_wire_serial"),
+    }
+    for fn in variants.values():  # warm-up: caches, allocator, the reward guard's child process
         fn()
-    rates: dict[str, list[float]] = {k: [] for k in variants}
-    for _ in range(args.repeats):
-        for name, fn in variants.items():
-            toks, secs = fn()
-            rates[name].append(toks / secs)
+    serial_outside.clear()
+    for values in idle.values():
+        values.clear()
+
+    seconds: dict[str, list[float]] = {k: [] for k in variants}
+    tokens: dict[str, set[int]] = {k: set() for k in variants}
+    names = list(variants)
+    for r in range(args.rounds):
+        for name in names[r % len(names):] + names[: r % len(names)]:  # rotate the order: drift hits all alike
+            toks, secs = variants[name]()
+            seconds[name].append(secs)
+            tokens[name].add(toks)
+
+    def ratio(path_name: str, engine_name: str) -> dict[str, Any]:
+        return summarize([1 - a / b for a, b in zip(seconds[engine_name], seconds[path_name])])
 
     last = worker.generate(examples)
     records = [x for g in last.groups for x in group_from_wire(g).rollouts]
-    batch, _ = collate(records, pad_id=tok.pad_token_id)
+    batch, _ = collate(records, pad_id=worker.tokenizer.pad_token_id)
     learner = Learner(load_policy(path)[0], lr=1e-4, num_minibatches=2)
     step_times = []
     for _ in range(3):
@@ -109,16 +197,28 @@ def main() -> None:
         learner.train_step(batch)
         step_times.append(time.perf_counter() - t0)
 
-    med = {k: statistics.median(v) for k, v in rates.items()}
+    all_tokens = set().union(*tokens.values())
     report = {
         "model": "tiny-qwen3",
-        "params": sum(p.numel() for p in model.parameters()),
+        "params": sum(p.numel() for p in learner.model.parameters()),
         "prompts": args.prompts, "n": args.n, "max_new_tokens": args.max_new_tokens,
-        "requests_per_stream": args.requests, "repeats": args.repeats, "threads": args.threads,
-        "tokens_per_s_median": {k: round(v, 1) for k, v in med.items()},
-        "tokens_per_s_all": {k: [round(x, 1) for x in v] for k, v in rates.items()},
-        "worker_serial_overhead_vs_raw": round(1 - med["worker"] / med["raw"], 4),
-        "actor_pipelined_overhead_vs_raw": round(1 - med["actor"] / med["raw"], 4),
+        "requests_per_round": args.requests, "rounds": args.rounds, "threads": args.threads,
+        "same_tokens_every_variant": len(all_tokens) == 1,
+        "tokens_per_round": sorted(all_tokens),
+        "tokens_per_s_median": {k: round(next(iter(tokens[k])) / statistics.median(v), 1)
+                                for k, v in seconds.items()},
+        "accounting": {
+            "worker_time_outside_engine": summarize(serial_outside),
+            "actor_engine_idle_share": summarize(idle["generate_wire"]),
+            "actor_serial_engine_idle_share": summarize(idle["generate_wire_serial"]),
+        },
+        "paired_overhead": {  # 1 - t_engine / t_path per round: the throughput the path loses
+            "worker_vs_engine": ratio("worker", "engine"),
+            "actor_vs_actor_engine": ratio("actor", "actor_engine"),
+            "actor_serial_vs_actor_engine": ratio("actor_serial", "actor_engine"),
+            "actor_engine_vs_engine": ratio("actor_engine", "engine"),
+            "actor_vs_engine": ratio("actor", "engine"),
+        },
         "learner_step_s_median": round(statistics.median(step_times[1:]), 4),
         "learner_samples_per_step": len(records),
     }

@@ -1,6 +1,6 @@
 """echo2 (async and sync) against TRL's ``GRPOTrainer`` on the quickstart problem: reward against wall time.
 
-    python benchmarks/vs_trl.py [--steps 150] [--out DIR] [--quick] [--trl-threads N] [--base-model DIR]
+    python benchmarks/vs_trl.py [--steps 150] [--out DIR] [--quick] [--trl-threads N] [--base-model DIR] [--seed 0]
 
 What it measures: how long echo2 takes to reach the training reward TRL ends with, as a fraction of TRL's
 training wall time, on the quickstart task (``examples/quickstart.yaml``: ``arith``, the tiny offline
@@ -53,7 +53,7 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -74,9 +74,12 @@ class Settings:
     """``task.options.max_train``: pinned with the warm start, so that the README's figures stay comparable
     when the quickstart's own values move (it now warm-starts 18 epochs and trains on all 600)."""
     eval_max_examples: int = 100
+    seed: int = 0
+    """``train.seed`` of the three RL runs (sampling, mini-batch order, TRL's data order). The warm start is
+    always made at seed 0, so every seed starts from the same weights."""
 
     def overrides(self) -> list[str]:
-        return [f"train.steps={self.steps}", f"train.prompts_per_step={self.prompts_per_step}",
+        return [f"train.seed={self.seed}", f"train.steps={self.steps}", f"train.prompts_per_step={self.prompts_per_step}",
                 f"rollout.samples_per_prompt={self.samples_per_prompt}", f"train.eval_max_examples={self.eval_max_examples}",
                 f"model.warm_start.epochs={self.warm_start_epochs}", f"task.options.max_train={self.rl_prompts}",
                 "train.checkpoint_every=0", "train.plots=false"]
@@ -153,7 +156,7 @@ def make_base_model(settings: Settings, out: Path) -> tuple[str, float]:
     from echo2_sdk.config import load_config
     from echo2_sdk.registry import make_task
 
-    cfg = load_config(str(QUICKSTART), settings.overrides())
+    cfg = load_config(str(QUICKSTART), replace(settings, seed=0).overrides())
     seed_everything(cfg.train.seed)
     torch.set_num_threads(cfg.runtime.learner_threads)  # as `echo2 train` runs its warm start
     adapter = make_task(cfg.task.name, cfg.task.options, seed=cfg.train.seed)
@@ -372,6 +375,7 @@ def main() -> None:
                     help="torch threads of the TRL process (default: one per core)")
     ap.add_argument("--base-model", type=Path, help="skip step 1: start all three runs from this model folder "
                     "(e.g. an earlier run's warm_start/base_model)")
+    ap.add_argument("--seed", type=int, default=0, help="train.seed of the three RL runs (the warm start: seed 0)")
     ap.add_argument("--trl-worker", type=Path, help=argparse.SUPPRESS)
     args = ap.parse_args()
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))  # unwind: stop the child run
@@ -381,7 +385,7 @@ def main() -> None:
     steps = args.steps if args.steps is not None else base_settings.steps
     if steps < 1 or args.trl_threads < 1:
         raise SystemExit(f"vs_trl: --steps={steps} and --trl-threads={args.trl_threads} must be >= 1")
-    settings = Settings(**{**asdict(base_settings), "steps": steps})
+    settings = Settings(**{**asdict(base_settings), "steps": steps, "seed": args.seed})
     if args.base_model is not None and not (args.base_model / "config.json").is_file():
         raise SystemExit(f"vs_trl: --base-model {str(args.base_model)!r} holds no config.json; give a model "
                          "folder, e.g. an earlier run's warm_start/base_model")

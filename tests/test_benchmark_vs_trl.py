@@ -45,6 +45,16 @@ def test_time_to_reach_uses_the_trailing_window():
     assert result.final_reward == 1.0 and result.step_s_median == 1.0
 
 
+def test_the_seed_reaches_every_rl_run_but_not_the_warm_start():
+    from echo2_sdk.config import load_config
+
+    m = _module()
+    settings = m.Settings(steps=5, seed=3)
+    assert load_config(str(m.QUICKSTART), settings.overrides()).train.seed == 3
+    assert load_config(str(m.QUICKSTART), m.replace(settings, seed=0).overrides()).train.seed == 0
+    assert m.Settings(steps=5).seed == 0
+
+
 @pytest.mark.parametrize("args, message", [
     (["--steps", "0"], "--steps=0"),
     (["--base-model", "/nonexistent/model"], "holds no config.json"),

@@ -119,6 +119,26 @@ def test_bots_have_distinct_results_and_games_end():
     assert sum(r["winner"] == 0 for r in farmer_vs_random) >= 6
 
 
+def test_the_farmer_takes_every_sure_last_hit_and_earns_gold_against_a_farmer():
+    env = MobaEnv(opponents=("rule:farmer",), max_ticks=60)
+    env.reset(seed=3)
+    farmer, taken = make_player("rule:farmer"), 0
+    farmer.begin(3)
+    while env.game.winner is None and env.game.tick < 60:
+        game, hero = env.game, env.game.heroes[0]
+        sure = [c for c in game.creeps if c.side != hero.side and abs(c.pos - hero.pos) <= hero.reach
+                and c.hp <= hero.dmg - 2]
+        action = farmer.act(game, hero, None)
+        if sure and hero.hp >= 0.5 * hero.max_hp:  # healthy, with a creep the lowest roll kills in reach
+            assert action.startswith("hit c") and int(action[5:]) in {c.uid for c in sure}, action
+            taken += 1
+        _, _, terminated, truncated, _ = env.step(action)
+        if terminated or truncated:
+            break
+    assert taken >= 1 and env.game.heroes[0].stats["last_hits"] >= taken  # heroes act before creeps: each lands
+    assert env.game.heroes[0].stats["gold_earned"] >= 20 * taken
+
+
 def test_adapter_examples_sft_and_text_episodes(tiny_tokenizer):
     adapter = make_task("moba", {"num_train": 3, "num_eval": 2, "num_sft": 3})
     train = adapter.examples("train")

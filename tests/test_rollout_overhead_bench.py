@@ -1,0 +1,63 @@
+"""The rollout-overhead benchmark's premises: its A/B compares equal work, its interval is a real one."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+
+@pytest.fixture(scope="module")
+def bench():
+    path = Path(__file__).resolve().parent.parent / "benchmarks" / "rollout_overhead.py"
+    spec = importlib.util.spec_from_file_location("rollout_overhead_bench", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["rollout_overhead_bench"] = module
+    spec.loader.exec_module(module)
+    yield module
+    del sys.modules["rollout_overhead_bench"]
+
+
+def test_the_bootstrap_interval_brackets_the_median_and_narrows_with_more_data(bench):
+    few = [1.0, 1.2, 0.8, 1.1, 0.9]
+    lo, hi = bench.bootstrap_ci(few)
+    assert lo <= 1.0 <= hi and lo < hi
+    lo_many, hi_many = bench.bootstrap_ci(few * 20)
+    assert hi_many - lo_many < hi - lo
+    row = bench.summarize(few)
+    assert row["median"] == 1.0 and row["n"] == 5 and (row["min"], row["max"]) == (0.8, 1.2)
+
+
+def test_the_bare_engine_stream_produces_the_workers_tokens(bench):
+    """The paired A/B is fair only if the engine alone and the worker sample the same tokens."""
+    import dataclasses
+
+    from echo2_sdk.records import group_from_wire
+    from echo2_sdk.registry import make_task
+    from echo2_sdk.runtime.models.modeling import ensure_tiny_qwen3
+    from echo2_sdk.runtime.rollout.backends.base import SamplingParams
+    from echo2_sdk.runtime.rollout.base import WorkerSettings
+
+    task = make_task("arith", {}, seed=0)
+    examples = list(task.examples("train"))[:3]
+    sampling = SamplingParams(temperature=1.0, top_p=1.0, max_new_tokens=8, seed=5)
+    settings = WorkerSettings(model_path=ensure_tiny_qwen3(), task_name="arith", task_options={},
+                              sampling=sampling, samples_per_prompt=4, seed=0, threads=1)
+    worker = bench.make_bench_worker_class()("bench-test", settings)
+    try:
+        prompts = [worker._prompt_ids(ex) for ex in examples]
+        engine_tokens, _ = bench.run_engine(worker.backend, prompts, 4, sampling, 2)
+        worker.rewind()
+        worker_tokens = sum(worker.generate(examples).num_tokens for _ in range(2))
+        assert engine_tokens == worker_tokens
+        worker.rewind()
+        first = worker.generate(examples)
+        sampled = [list(r.completion_ids) for g in first.groups for r in group_from_wire(g).rollouts]
+        bare = [list(c.token_ids) for outs in worker.backend.generate(prompts, 4, sampling) for c in outs]
+        assert sampled == bare  # rewound, the worker's first call uses the engine's first seed
+        reseeded = dataclasses.replace(sampling, seed=6)
+        assert [list(c.token_ids) for outs in worker.backend.generate(prompts, 4, reseeded) for c in outs] != bare
+    finally:
+        worker.close()
