@@ -29,6 +29,7 @@ import dataclasses
 import json
 import random
 import statistics
+import threading
 import time
 from typing import Any, Sequence
 
@@ -54,8 +55,6 @@ def summarize(values: Sequence[float]) -> dict[str, Any]:
 
 def make_bench_worker_class() -> type:
     from echo2_sdk.runtime.rollout.worker import RolloutWorker
-
-    import threading
 
     class BenchWorker(RolloutWorker):
         """The product worker plus benchmark hooks: rewind its seed counter, run the bare engine, serve serially."""
@@ -176,13 +175,13 @@ def main() -> None:
         values.clear()
 
     seconds: dict[str, list[float]] = {k: [] for k in variants}
-    tokens: dict[str, set[int]] = {k: set() for k in variants}
+    tokens: dict[str, list[int]] = {k: [] for k in variants}
     names = list(variants)
     for r in range(args.rounds):
         for name in names[r % len(names):] + names[: r % len(names)]:  # rotate the order: drift hits all alike
             toks, secs = variants[name]()
             seconds[name].append(secs)
-            tokens[name].add(toks)
+            tokens[name].append(toks)
 
     def ratio(path_name: str, engine_name: str) -> dict[str, Any]:
         return summarize([1 - a / b for a, b in zip(seconds[engine_name], seconds[path_name])])
@@ -197,7 +196,7 @@ def main() -> None:
         learner.train_step(batch)
         step_times.append(time.perf_counter() - t0)
 
-    all_tokens = set().union(*tokens.values())
+    all_tokens = {t for per_round in tokens.values() for t in per_round}
     report = {
         "model": "tiny-qwen3",
         "params": sum(p.numel() for p in learner.model.parameters()),
@@ -205,7 +204,7 @@ def main() -> None:
         "requests_per_round": args.requests, "rounds": args.rounds, "threads": args.threads,
         "same_tokens_every_variant": len(all_tokens) == 1,
         "tokens_per_round": sorted(all_tokens),
-        "tokens_per_s_median": {k: round(next(iter(tokens[k])) / statistics.median(v), 1)
+        "tokens_per_s_median": {k: round(statistics.median(t / s for t, s in zip(tokens[k], v)), 1)
                                 for k, v in seconds.items()},
         "accounting": {
             "worker_time_outside_engine": summarize(serial_outside),
@@ -222,6 +221,7 @@ def main() -> None:
         "learner_step_s_median": round(statistics.median(step_times[1:]), 4),
         "learner_samples_per_step": len(records),
     }
+    ray.get(actor.close.remote())  # its reward child process goes with it
     worker.close()
     ray.shutdown()
     print(json.dumps(report, indent=2))

@@ -98,15 +98,14 @@ class Farmer(RuleBot):
         for foe in self.foe_heroes(game, hero, hero.reach):
             if foe.hp < 0.3 * foe.max_hp:
                 return f"hit {game.hero_label(hero, foe)}"
-        for creep in self.foe_creeps(game, hero, hero.reach):
-            if creep.hp <= hero.dmg - 2:  # the lowest damage roll kills it: a last hit (heroes act before creeps)
-                return f"hit c{creep.uid}"
+        in_reach = self.foe_creeps(game, hero, hero.reach)  # weakest first
+        if in_reach and in_reach[0].hp <= hero.dmg - 2:  # the lowest roll kills it: heroes act before creeps
+            return f"hit c{in_reach[0].uid}"
         mine = sum(1 for c in game.creeps if c.side == hero.side and abs(c.pos - hero.pos) <= SIGHT)
         theirs = len(self.foe_creeps(game, hero, SIGHT))
         if theirs > mine or not self.foe_heroes(game, hero, SIGHT):  # outnumbered, or the foe is away: clear
-            creeps = self.foe_creeps(game, hero, hero.reach)
-            if creeps:
-                return f"hit c{creeps[0].uid}"
+            if in_reach:
+                return f"hit c{in_reach[0].uid}"
         tower = game.towers[1 - hero.side]
         tanked = any(c.side == hero.side and abs(c.pos - tower.pos) <= TOWER_RANGE for c in game.creeps)
         if tanked or not tower.alive:
