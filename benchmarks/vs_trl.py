@@ -1,6 +1,7 @@
 """echo2 (async and sync) against TRL's ``GRPOTrainer`` on the quickstart problem: reward against wall time.
 
     python benchmarks/vs_trl.py [--steps 150] [--out DIR] [--quick] [--trl-threads N] [--base-model DIR] [--seed 0]
+                                [--echo2-steps-factor 1.5]
 
 What it measures: how long echo2 takes to reach the training reward TRL ends with, as a fraction of TRL's
 training wall time, on the quickstart task (``examples/quickstart.yaml``: ``arith``, the tiny offline
@@ -14,7 +15,11 @@ How, back to back (never concurrently), into ``--out``:
   2. ``echo2_async/`` and ``echo2_sync/``: ``echo2 train --config examples/quickstart.yaml`` in a
      subprocess with ``model.name=<warm_start/base_model>``, ``model.warm_start.enabled=false``,
      ``train.checkpoint_every=0`` (no periodic checkpoints; TRL saves none either), and
-     ``runtime.mode=sync`` for the second.
+     ``runtime.mode=sync`` for the second. Then, unless ``--echo2-steps-factor 1``, the same two with a
+     step budget F times TRL's (``echo2_async_x1.5/``, ``echo2_sync_x1.5/``; ``train.steps`` = ceil(F ×
+     steps), so the lr schedule stretches over the longer run): the question is the wall time to TRL's
+     final reward, and with equal steps echo2 can reach it only if it ends at least as high as TRL, a coin
+     toss when both learn alike per step. The equal-step runs stay the per-step comparison.
   3. ``trl/``: this script in a subprocess (``--trl-worker``) runs ``GRPOTrainer`` from the same folder on
      the same ``train`` prompts (the adapter's chat messages, rendered by the same chat template, checked
      token for token against echo2's rendering), scored by the same reward (``score_directly`` on the arith
@@ -38,15 +43,16 @@ evaluation with the config's ``train.eval_*``: avg@8 at temperature 1.0 on the `
 Output: ``vs_trl.json`` (also printed) — per system its steps, wall_s, reward curve (step, wall_s,
 reward_mean), final reward (mean of the last 10% of steps), the time its trailing 10%-of-steps mean first
 reaches TRL's final reward, held-out accuracy; the ratios; versions and cores — and ``vs_trl.png``.
-Default 150 steps: ~5-7 min for the warm start and the three runs on an idle 2-core machine (echo2
-0.25-0.3 s a step with the quickstart's ``learner.shared_prefix``, TRL ~0.5 s; ~30 s of start-up per
-echo2 run); ``--quick``: 4 steps of 4 prompts × 8 samples, a smoke run (~2 min).
+Default 150 steps (225 for echo2's longer runs): ~8-10 min for the warm start and the five runs on an idle
+2-core machine (echo2 0.25-0.3 s a step with the quickstart's ``learner.shared_prefix``, TRL ~0.5 s; ~30 s
+of start-up per echo2 run); ``--quick``: 4 steps of 4 prompts × 8 samples, a smoke run (~2 min).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import platform
 import signal
@@ -58,7 +64,6 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 QUICKSTART = ROOT / "examples" / "quickstart.yaml"
-SYSTEMS = ("echo2_async", "echo2_sync", "trl")
 GOAL_RATIO = 0.75
 
 
@@ -74,6 +79,8 @@ class Settings:
     """``task.options.max_train``: pinned with the warm start, so that the README's figures stay comparable
     when the quickstart's own values move (it now warm-starts 18 epochs and trains on all 600)."""
     eval_max_examples: int = 100
+    echo2_steps_factor: float = 1.5
+    """echo2's extra runs get ceil(factor × steps) steps (1: no extra runs)."""
     seed: int = 0
     """``train.seed`` of the three RL runs (sampling, mini-batch order, TRL's data order). The warm start is
     always made at seed 0, so every seed starts from the same weights."""
@@ -86,6 +93,23 @@ class Settings:
 
 
 QUICK = Settings(steps=4, prompts_per_step=4, samples_per_prompt=8, warm_start_epochs=0.5, eval_max_examples=20)
+
+
+def echo2_runs(settings: Settings) -> list[tuple[str, str, int]]:
+    """(system name, runtime.mode, steps) of echo2's runs: equal steps, then the longer budget.
+
+    >>> [name for name, _, _ in echo2_runs(Settings(steps=10, echo2_steps_factor=1.5))]
+    ['echo2_async', 'echo2_sync', 'echo2_async_x1.5', 'echo2_sync_x1.5']
+    >>> echo2_runs(Settings(steps=10, echo2_steps_factor=1.25))[-1]
+    ('echo2_sync_x1.25', 'sync', 13)
+    >>> len(echo2_runs(Settings(steps=10, echo2_steps_factor=1.0)))
+    2
+    """
+    runs = [(f"echo2_{mode}", mode, settings.steps) for mode in ("async", "sync")]
+    if settings.echo2_steps_factor > 1.0:
+        long_steps = math.ceil(settings.echo2_steps_factor * settings.steps - 1e-9)
+        runs += [(f"echo2_{mode}_x{settings.echo2_steps_factor:g}", mode, long_steps) for mode in ("async", "sync")]
+    return runs
 
 
 @dataclass(frozen=True)
@@ -189,16 +213,16 @@ def _subprocess(cmd: list[str], log: Path, what: str, env: dict | None = None) -
     return time.perf_counter() - t0
 
 
-def run_echo2(mode: str, overrides: list[str], out: Path) -> RunResult:
-    run_dir = out / f"echo2_{mode}"
-    sets = [x for o in [*overrides, f"runtime.mode={mode}"] for x in ("--set", o)]
+def run_echo2(name: str, mode: str, steps: int, overrides: list[str], out: Path) -> RunResult:
+    run_dir = out / name
+    sets = [x for o in [*overrides, f"runtime.mode={mode}", f"train.steps={steps}"] for x in ("--set", o)]
     cmd = [sys.executable, "-m", "echo2_sdk.runtime.cli", "train", "--config", str(QUICKSTART),
            "--run-dir", str(run_dir), *sets]
-    process_s = _subprocess(cmd, out / f"echo2_{mode}.log", f"echo2 train ({mode})")
+    process_s = _subprocess(cmd, out / f"{name}.log", f"echo2 train ({name})")
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
     summary = json.loads((run_dir / "summary.json").read_text())
     evals = summary.get("eval", {})
-    return RunResult(f"echo2_{mode}", steps=summary["steps"], wall_s=summary["wall_s"], process_s=process_s,
+    return RunResult(name, steps=summary["steps"], wall_s=summary["wall_s"], process_s=process_s,
                      curve=tuple(Point(r["step"], r["wall_s"], r["reward_mean"]) for r in rows),
                      heldout_before=evals.get("before", {}).get("accuracy"),
                      heldout_after=evals.get("after", {}).get("accuracy"))
@@ -335,7 +359,7 @@ def report(results: dict[str, RunResult], settings: Settings, base: str, warm_s:
             "curve": [asdict(p) for p in res.curve],
         }
     ratios = {}
-    for name in ("echo2_async", "echo2_sync"):
+    for name in (n for n in results if n != "trl"):
         reach = systems[name]["time_to_trl_final_s"]
         ratios[name] = None if reach is None or trl.wall_s <= 0 else round(reach / trl.wall_s, 3)
     befores = {res.heldout_before for res in results.values()}
@@ -375,7 +399,9 @@ def main() -> None:
                     help="torch threads of the TRL process (default: one per core)")
     ap.add_argument("--base-model", type=Path, help="skip step 1: start all three runs from this model folder "
                     "(e.g. an earlier run's warm_start/base_model)")
-    ap.add_argument("--seed", type=int, default=0, help="train.seed of the three RL runs (the warm start: seed 0)")
+    ap.add_argument("--seed", type=int, default=0, help="train.seed of the RL runs (the warm start: seed 0)")
+    ap.add_argument("--echo2-steps-factor", type=float, default=1.5,
+                    help="also run echo2 (async, sync) for ceil(F x steps) steps; 1: equal steps only (default 1.5)")
     ap.add_argument("--trl-worker", type=Path, help=argparse.SUPPRESS)
     args = ap.parse_args()
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))  # unwind: stop the child run
@@ -385,7 +411,11 @@ def main() -> None:
     steps = args.steps if args.steps is not None else base_settings.steps
     if steps < 1 or args.trl_threads < 1:
         raise SystemExit(f"vs_trl: --steps={steps} and --trl-threads={args.trl_threads} must be >= 1")
-    settings = Settings(**{**asdict(base_settings), "steps": steps, "seed": args.seed})
+    if not 1.0 <= args.echo2_steps_factor <= 10.0:
+        raise SystemExit(f"vs_trl: --echo2-steps-factor={args.echo2_steps_factor} must be in [1, 10] "
+                         "(1: echo2 runs TRL's steps only)")
+    settings = Settings(**{**asdict(base_settings), "steps": steps, "seed": args.seed,
+                           "echo2_steps_factor": args.echo2_steps_factor})
     if args.base_model is not None and not (args.base_model / "config.json").is_file():
         raise SystemExit(f"vs_trl: --base-model {str(args.base_model)!r} holds no config.json; give a model "
                          "folder, e.g. an earlier run's warm_start/base_model")
@@ -401,12 +431,12 @@ def main() -> None:
         base, warm_s = make_base_model(settings, out)
     overrides = [*settings.overrides(), f"model.name={base}", "model.warm_start.enabled=false"]
     results: dict[str, RunResult] = {}
-    for mode in ("async", "sync"):
-        print(f"[vs_trl] echo2 {mode}: {steps} steps", file=sys.stderr, flush=True)
-        results[f"echo2_{mode}"] = run_echo2(mode, overrides, out)
+    for name, mode, run_steps in echo2_runs(settings):
+        print(f"[vs_trl] {name}: {run_steps} steps", file=sys.stderr, flush=True)
+        results[name] = run_echo2(name, mode, run_steps, overrides, out)
     print(f"[vs_trl] TRL GRPOTrainer: {steps} steps", file=sys.stderr, flush=True)
     results["trl"] = run_trl(overrides, args.trl_threads, out)
-    for name in SYSTEMS:
+    for name in results:
         if not results[name].curve:
             raise SystemExit(f"vs_trl: {name} recorded no steps; see {out}/{name}.log")
     doc = report(results, settings, base, warm_s, environment(args.trl_threads, load_at_start))

@@ -55,8 +55,27 @@ def test_the_seed_reaches_every_rl_run_but_not_the_warm_start():
     assert m.Settings(steps=5).seed == 0
 
 
+def test_the_longer_echo2_budget_runs_both_modes_with_more_steps_and_gets_a_ratio():
+    m = _module()
+    runs = m.echo2_runs(m.Settings(steps=150, echo2_steps_factor=1.5))
+    assert runs == [("echo2_async", "async", 150), ("echo2_sync", "sync", 150),
+                    ("echo2_async_x1.5", "async", 225), ("echo2_sync_x1.5", "sync", 225)]
+    assert m.echo2_runs(m.Settings(steps=150, echo2_steps_factor=1.0)) == runs[:2]
+
+    def result(name, rewards):
+        curve = tuple(m.Point(i + 1, float(i + 1), r) for i, r in enumerate(rewards))
+        return m.RunResult(name, steps=len(curve), wall_s=float(len(curve)), process_s=0.0, curve=curve,
+                           heldout_before=0.1, heldout_after=0.2)
+
+    results = {"echo2_async": result("echo2_async", [0.0] * 10), "echo2_async_x1.5": result("echo2_async_x1.5", [0.0] * 10 + [1.0] * 5),
+               "trl": result("trl", [1.0] * 10)}
+    doc = m.report(results, m.Settings(steps=10), "base", 0.0, {})
+    assert doc["ratio_time_to_trl_final_over_trl_wall"] == {"echo2_async": None, "echo2_async_x1.5": 1.1}
+
+
 @pytest.mark.parametrize("args, message", [
     (["--steps", "0"], "--steps=0"),
+    (["--echo2-steps-factor", "0.5"], "--echo2-steps-factor=0.5"),
     (["--base-model", "/nonexistent/model"], "holds no config.json"),
 ])
 def test_bad_input_fails_with_one_line(tmp_path, args, message):
@@ -104,3 +123,10 @@ def test_a_schedule_trl_cannot_follow_is_a_one_line_refusal():
     cfg = load_config(None, ["algo.lr_schedule=linear", "algo.lr_min_ratio=0.2"])
     with pytest.raises(SystemExit, match="has no TRL equivalent"):
         _module().trl_schedule(cfg.algo)
+
+
+def test_doctests():
+    import doctest
+
+    result = doctest.testmod(_module())
+    assert result.attempted > 0 and result.failed == 0
