@@ -1,0 +1,93 @@
+"""benchmarks/moba_headroom.py: the best return of a MOBA training window by exhaustive search.
+
+Checked on a 2-decision window (a few dozen sequences per episode, well under a second): the search's optimum
+is at least what every single-action-repeated plan and every rule bot earns from the same state, its plan
+replays to its value, and a window over the limit is refused in one line.
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+SCRIPT = ROOT / "benchmarks" / "moba_headroom.py"
+TWO_DECISIONS = ("--set", "task.options.warmup_ticks=24", "--set", "task.options.max_ticks=26")
+
+
+def _module():
+    spec = importlib.util.spec_from_file_location("moba_headroom", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _run(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(SCRIPT), *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
+
+
+def _episode_env(opponent: str = "rule:farmer"):
+    from echo2_sdk.registry import make_task
+
+    adapter = make_task("moba", {"warmup_ticks": 24, "max_ticks": 26, "num_sft": 4}, seed=0)
+    example = next(iter(adapter.examples("eval")))
+    env = adapter.make_env(opponent)
+    env.begin_episode(example.meta["episode_seed"])
+    return adapter, env, example.meta["episode_seed"]
+
+
+def _replay(env, plan: list[str]) -> float:
+    total = 0.0
+    for action in plan:
+        _, reward, terminated, truncated, _ = env.step(action)
+        total += reward
+        if terminated or truncated:
+            break
+    return total
+
+
+def test_the_search_beats_or_ties_every_bot_and_its_plan_replays_to_its_value():
+    m = _module()
+    adapter, env, seed = _episode_env()
+    best, plan = m.best_return(copy.deepcopy(env))
+    assert 1 <= len(plan) <= 2
+    assert abs(_replay(copy.deepcopy(env), plan) - best) < 1e-9
+    for spec in m.BOTS:
+        assert best >= m.bot_return(adapter, copy.deepcopy(env), spec, seed) - 1e-9
+    for action in env.legal_actions():  # the same action twice (when still legal) is one of the searched plans
+        trial = copy.deepcopy(env)
+        value = _replay(trial, [action])
+        if not trial.done and action in trial.legal_actions():
+            value += _replay(trial, [action])
+        assert best >= value - 1e-9
+
+
+def test_the_script_reports_every_lineup_as_json():
+    proc = _run(*TWO_DECISIONS, "--episodes", "2")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    report = json.loads(proc.stdout)
+    assert report["decisions"] == 2 and report["columns"]
+    for column in report["columns"].values():
+        assert column["best"]["n"] == 2
+        for spec in ("rule:farmer", "rule:pusher"):
+            assert column["best"]["mean"] >= column[f"{spec} as agent"]["mean"] - 1e-9
+
+
+def test_a_window_over_the_limit_is_refused_in_one_line():
+    proc = _run("--set", "task.options.max_ticks=40", "--episodes", "1")
+    assert proc.returncode != 0
+    message = proc.stderr.strip().splitlines()
+    assert len(message) == 1 and "16 decisions" in message[0] and "at most 5" in message[0], proc.stderr
+
+
+def test_doctests():
+    import doctest
+
+    result = doctest.testmod(_module())
+    assert result.attempted > 0 and result.failed == 0
