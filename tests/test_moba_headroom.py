@@ -91,3 +91,19 @@ def test_doctests():
 
     result = doctest.testmod(_module())
     assert result.attempted > 0 and result.failed == 0
+
+
+def test_a_clone_is_independent_of_its_original():
+    m = _module()
+    _, env, _ = _episode_env()
+    before = m.clone(env)
+    twin = m.clone(env)
+    _replay(twin, [twin.legal_actions()[0]])
+    assert m.best_return(m.clone(env)) == m.best_return(before)  # stepping the twin left env as it was
+
+
+def test_a_model_foe_is_refused_in_one_line():
+    proc = _run(*TWO_DECISIONS, "--set", "task.options.opponent=rule:pusher, llm:/nonexistent", "--episodes", "1")
+    assert proc.returncode != 0
+    message = proc.stderr.strip().splitlines()
+    assert len(message) == 1 and "seats a model" in message[0], proc.stderr
