@@ -12,17 +12,17 @@ imitates), each a mean with a 95 % CI (normal approximation). A column whose opt
 return has nothing for RL to find beyond its demonstrators; one where the bots earn far below the optimum
 has room, if exploration finds it. Prints JSON.
 
-Refuses windows over 5 decisions (10^5 sequences and more per episode). Cost: ~20-35 s per episode and foe line-up
-for 4 decisions on one CPU core (the default 32 episodes x 2 line-ups: ~25-35 min; ``--episodes 8``: ~7-9 min).
+Refuses windows over 5 decisions (10^5 sequences and more per episode). Cost: ~15 s per episode and foe line-up
+for 4 decisions on one idle CPU core (``--episodes 2``: 58 s; the default 32 episodes x 2 line-ups: ~16 min).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import pickle
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -50,44 +50,32 @@ def best_return(env) -> tuple[float, list[str]]:
     return (0.0, []) if best == -math.inf else (best, plan)
 
 
-def bot_return(adapter, env, spec: str, seed: int) -> float:
-    """The return of rule bot ``spec`` playing the agent's hero from ``env``'s state (seeded as demonstrations are)."""
-    from echo2_sdk.envs.moba.players import make_player
+def rounded_ci(values: list[float]) -> dict:
+    """The moba evaluation's mean and 95 % CI, rounded for the report.
 
-    player = make_player(spec)
-    player.begin(seed)
-    total, feedback = 0.0, None
-    while not env.done and env.legal_actions():
-        _, reward, terminated, truncated, info = env.step(adapter.bot_reply(player, env, feedback))
-        total, feedback = total + reward, info.get("invalid_reason")
-        if terminated or truncated:
-            break
-    return total
-
-
-def mean_ci(values: list[float]) -> dict:
-    """Mean and a normal-approximation 95 % CI.
-
-    >>> mean_ci([0.0, 0.2, 0.4])
+    >>> rounded_ci([0.0, 0.2, 0.4])
     {'mean': 0.2, 'ci95': [-0.026, 0.426], 'n': 3}
     """
-    mean = statistics.fmean(values)
-    half = 1.96 * statistics.stdev(values) / math.sqrt(len(values)) if len(values) > 1 else 0.0
-    return {"mean": round(mean, 3), "ci95": [round(mean - half, 3), round(mean + half, 3)], "n": len(values)}
+    from echo2_sdk.envs.moba.evaluation import mean_ci
+
+    mean, (low, high) = mean_ci(values)
+    return {"mean": round(mean, 3), "ci95": [round(low, 3), round(high, 3)], "n": len(values)}
 
 
-def measure(adapter, opponent: str, examples) -> dict:
+def measure(adapter, lineup: str, examples) -> dict:
+    """One column: the optimum and each bot's return (``play_episode``, as the demonstrations are played)
+    over ``examples`` replayed against ``lineup``, in the adapter's reward unit."""
     best, bots, plans = [], {spec: [] for spec in BOTS}, []
-    for example in examples:
-        env = adapter.make_env(opponent)
+    for example in (dataclasses.replace(e, meta={**e.meta, "opponent": lineup}) for e in examples):
+        env = adapter.env_for(example)
         env.begin_episode(example.meta["episode_seed"])
-        value, plan = best_return(clone(env))
-        best.append(value)
+        value, plan = best_return(env)  # it steps copies only: env stays at the start
+        best.append(value / adapter.reward_scale)
         plans.append(plan)
         for spec in BOTS:
-            bots[spec].append(bot_return(adapter, clone(env), spec, example.meta["episode_seed"]))
+            bots[spec].append(adapter.play_episode(example, spec).reward)
     above = sum(b > max(bots[s][i] for s in BOTS) + 1e-9 for i, b in enumerate(best))
-    return {"best": mean_ci(best), **{f"{spec} as agent": mean_ci(v) for spec, v in bots.items()},
+    return {"best": rounded_ci(best), **{f"{spec} as agent": rounded_ci(v) for spec, v in bots.items()},
             "episodes_where_best_beats_both_bots": above, "example_best_plan": plans[0]}
 
 
@@ -107,9 +95,11 @@ def main() -> None:
         raise SystemExit(f"moba_headroom: task.name={cfg.task.name!r}; this measures the moba task only")
     adapter = make_task(cfg.task.name, cfg.task.options, seed=cfg.train.seed)
     decisions = adapter.options.max_ticks - adapter.options.warmup_ticks
-    if decisions > MAX_DECISIONS or args.episodes < 1:
-        raise SystemExit(f"moba_headroom: {decisions} decisions per episode (max_ticks - warmup_ticks) and "
-                         f"--episodes={args.episodes}: need at most {MAX_DECISIONS} decisions and >= 1 episode")
+    if decisions > MAX_DECISIONS:
+        raise SystemExit(f"moba_headroom: {decisions} decisions per episode (task.options.max_ticks - warmup_ticks); "
+                         f"the search takes at most {MAX_DECISIONS}: lower max_ticks or raise warmup_ticks")
+    if args.episodes < 2:
+        raise SystemExit(f"moba_headroom: --episodes={args.episodes}; a CI needs at least 2")
     lineups = [lineup for lineup, _ in opponent_pool(adapter.options.opponent)]
     if any("llm:" in lineup for lineup in lineups):
         raise SystemExit(f"moba_headroom: task.options.opponent={adapter.options.opponent!r} seats a model; the "

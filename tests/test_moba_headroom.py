@@ -2,12 +2,13 @@
 
 Checked on a 2-decision window (a few dozen sequences per episode, well under a second): the search's optimum
 is at least what every single-action-repeated plan and every rule bot earns from the same state, its plan
-replays to its value, and a window over the limit is refused in one line.
+replays to its value, and bad input (a window over the limit, one episode, a model foe) is refused in one line.
 """
 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import importlib.util
 import json
 import os
@@ -36,10 +37,11 @@ def _episode_env(opponent: str = "rule:farmer"):
     from echo2_sdk.registry import make_task
 
     adapter = make_task("moba", {"warmup_ticks": 24, "max_ticks": 26, "num_sft": 4}, seed=0)
-    example = next(iter(adapter.examples("eval")))
-    env = adapter.make_env(opponent)
+    first = next(iter(adapter.examples("eval")))
+    example = dataclasses.replace(first, meta={**first.meta, "opponent": opponent})
+    env = adapter.env_for(example)
     env.begin_episode(example.meta["episode_seed"])
-    return adapter, env, example.meta["episode_seed"]
+    return adapter, env, example
 
 
 def _replay(env, plan: list[str]) -> float:
@@ -54,12 +56,12 @@ def _replay(env, plan: list[str]) -> float:
 
 def test_the_search_beats_or_ties_every_bot_and_its_plan_replays_to_its_value():
     m = _module()
-    adapter, env, seed = _episode_env()
+    adapter, env, example = _episode_env()
     best, plan = m.best_return(copy.deepcopy(env))
     assert 1 <= len(plan) <= 2
     assert abs(_replay(copy.deepcopy(env), plan) - best) < 1e-9
     for spec in m.BOTS:
-        assert best >= m.bot_return(adapter, copy.deepcopy(env), spec, seed) - 1e-9
+        assert best >= adapter.play_episode(example, spec).reward - 1e-9
     for action in env.legal_actions():  # the same action twice (when still legal) is one of the searched plans
         trial = copy.deepcopy(env)
         value = _replay(trial, [action])
@@ -80,10 +82,17 @@ def test_the_script_reports_every_lineup_as_json():
 
 
 def test_a_window_over_the_limit_is_refused_in_one_line():
-    proc = _run("--set", "task.options.max_ticks=40", "--episodes", "1")
+    proc = _run("--set", "task.options.max_ticks=40", "--episodes", "2")
     assert proc.returncode != 0
     message = proc.stderr.strip().splitlines()
     assert len(message) == 1 and "16 decisions" in message[0] and "at most 5" in message[0], proc.stderr
+
+
+def test_one_episode_is_refused_in_one_line():
+    proc = _run(*TWO_DECISIONS, "--episodes", "1")
+    assert proc.returncode != 0
+    message = proc.stderr.strip().splitlines()
+    assert len(message) == 1 and "--episodes=1" in message[0] and "at least 2" in message[0], proc.stderr
 
 
 def test_doctests():
@@ -103,7 +112,7 @@ def test_a_clone_is_independent_of_its_original():
 
 
 def test_a_model_foe_is_refused_in_one_line():
-    proc = _run(*TWO_DECISIONS, "--set", "task.options.opponent=rule:pusher, llm:/nonexistent", "--episodes", "1")
+    proc = _run(*TWO_DECISIONS, "--set", "task.options.opponent=rule:pusher, llm:/nonexistent", "--episodes", "2")
     assert proc.returncode != 0
     message = proc.stderr.strip().splitlines()
     assert len(message) == 1 and "seats a model" in message[0], proc.stderr

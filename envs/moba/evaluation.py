@@ -59,7 +59,8 @@ def play_game(config: MobaConfig, players: Sequence[Any], seed: int | str) -> di
             "stats": [dict(h.stats) for h in game.heroes]}
 
 
-def _mean_ci(samples: Sequence[float]) -> tuple[float, list[float]]:
+def mean_ci(samples: Sequence[float]) -> tuple[float, list[float]]:
+    """Mean and its 95 % CI (normal approximation; unbounded for one sample)."""
     mean = statistics.fmean(samples)
     half = 1.96 * statistics.stdev(samples) / math.sqrt(len(samples)) if len(samples) > 1 else math.inf
     return mean, [mean - half, mean + half]
@@ -86,8 +87,8 @@ def play_matchup(agent: Any, opponent: Any, games: int, seed: int, *, config: Mo
             invalid += out["invalid"][me]
         wins.append(statistics.fmean(float(w) for w, _ in results))
         rewards.append(statistics.fmean(r for _, r in results))
-    win_rate, win_ci = _mean_ci(wins)
-    reward, reward_ci = _mean_ci(rewards)
+    win_rate, win_ci = mean_ci(wins)
+    reward, reward_ci = mean_ci(rewards)
     return {"win_rate": win_rate, "win_rate_ci95": win_ci, "reward": reward, "reward_ci95": reward_ci,
             "games": 2 * games, "draw_rate": draws / (2 * games), "mean_ticks": statistics.fmean(ticks),
             "invalid_actions": invalid}
