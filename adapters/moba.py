@@ -48,7 +48,7 @@ class MobaAdapter(EpisodicTaskAdapter):
     @dataclass(frozen=True)
     class Options:
         opponent: str = "rule:pusher, rule:farmer"
-        """The foe heroes: a spec (``rule:farmer|pusher|random``, ``llm:PATH``) for every foe, ``A+B`` for
+        """The foe heroes: a spec (``rule:farmer|pusher|grinder|random``, ``llm:PATH``) for every foe, ``A+B`` for
         one per foe, or a weighted pool of such line-ups, ``"2 rule:pusher, rule:farmer"``: each game draws
         one (recorded in the records' meta, and in Ω.group when pooled). Default: both rule styles."""
         team_size: int = 1
@@ -72,10 +72,12 @@ class MobaAdapter(EpisodicTaskAdapter):
         num_eval: int = 256
         num_sft: int = 256
         """Demonstrations in the ``sft`` split (the warm start): one decision of a ``demonstrator`` episode each."""
-        demonstrator: str = "2 rule:farmer, rule:pusher"
+        demonstrator: str = "rule:farmer, rule:pusher, rule:grinder"
         """Who plays the demonstrations (teaches the action format and a sane default strategy); a weighted
-        mixture draws one player per demonstration. The default mixes both styles: imitating the farmer
-        alone, the eight episodes of a lane all opened with the same action (nothing for GRPO to compare)."""
+        mixture draws one player per demonstration. The default mixes three styles: imitating the farmer
+        alone, the eight episodes of a lane all opened with the same action (nothing for GRPO to compare);
+        without the grinder no demonstration wounds a creep for a later kill, so against a farmer no
+        sampled episode earned anything and RL had nothing to reinforce."""
 
     def __init__(self, options: Any = None, *, seed: int = 0) -> None:
         super().__init__(options, seed=seed)

@@ -1,7 +1,8 @@
 """How much a MOBA training window leaves to learn: the best return of every episode, by exhaustive search.
 
     python benchmarks/moba_headroom.py [--config examples/moba.yaml] [--set task.options.K=V ...]
-                                       [--episodes 32] [--split eval]
+                                       [--episodes 32] [--split eval] [--bots rule:farmer,rule:pusher]
+                                       [--no-search]
 
 A training episode of ``moba`` is short (``task.options.max_ticks - warmup_ticks`` decisions, 4 by default)
 and deterministic given its seed: the game, the foe bot and the autopilot draw from the episode seed only.
@@ -10,7 +11,8 @@ decisions). Per opponent line-up of the config's pool, over ``--episodes`` episo
 script reports that optimum and the returns of the rule bots playing the agent's hero (what the warm start
 imitates), each a mean with a 95 % CI (normal approximation). A column whose optimum equals the bots'
 return has nothing for RL to find beyond its demonstrators; one where the bots earn far below the optimum
-has room, if exploration finds it. Prints JSON.
+has room, if exploration finds it. ``--bots`` names the bots (any ``rule:`` style, e.g. ``rule:grinder``);
+``--no-search`` reports the bots' returns alone (seconds instead of minutes). Prints JSON.
 
 Refuses windows over 5 decisions (10^5 sequences and more per episode). Cost: ~15 s per episode and foe line-up
 for 4 decisions on one idle CPU core (``--episodes 2``: 58 s; the default 32 episodes x 2 line-ups: ~16 min).
@@ -62,21 +64,25 @@ def rounded_ci(values: list[float]) -> dict:
     return {"mean": round(mean, 3), "ci95": [round(low, 3), round(high, 3)], "n": len(values)}
 
 
-def measure(adapter, lineup: str, examples) -> dict:
-    """One column: the optimum and each bot's return (``play_episode``, as the demonstrations are played)
-    over ``examples`` replayed against ``lineup``, in the adapter's reward unit."""
-    best, bots, plans = [], {spec: [] for spec in BOTS}, []
+def measure(adapter, lineup: str, examples, bot_specs: tuple[str, ...] = BOTS, search: bool = True) -> dict:
+    """One column: the optimum (unless ``search`` is off) and each bot's return (``play_episode``, as the
+    demonstrations are played) over ``examples`` replayed against ``lineup``, in the adapter's reward unit."""
+    best, bots, plans = [], {spec: [] for spec in bot_specs}, []
     for example in (dataclasses.replace(e, meta={**e.meta, "opponent": lineup}) for e in examples):
-        env = adapter.env_for(example)
-        env.begin_episode(example.meta["episode_seed"])
-        value, plan = best_return(env)  # it steps copies only: env stays at the start
-        best.append(value / adapter.reward_scale)
-        plans.append(plan)
-        for spec in BOTS:
+        if search:
+            env = adapter.env_for(example)
+            env.begin_episode(example.meta["episode_seed"])
+            value, plan = best_return(env)  # it steps copies only: env stays at the start
+            best.append(value / adapter.reward_scale)
+            plans.append(plan)
+        for spec in bot_specs:
             bots[spec].append(adapter.play_episode(example, spec).reward)
-    above = sum(b > max(bots[s][i] for s in BOTS) + 1e-9 for i, b in enumerate(best))
-    return {"best": rounded_ci(best), **{f"{spec} as agent": rounded_ci(v) for spec, v in bots.items()},
-            "episodes_where_best_beats_both_bots": above, "example_best_plan": plans[0]}
+    column = {f"{spec} as agent": rounded_ci(v) for spec, v in bots.items()}
+    if not search:
+        return column
+    above = sum(b > max(bots[s][i] for s in bot_specs) + 1e-9 for i, b in enumerate(best))
+    return {"best": rounded_ci(best), **column, "episodes_where_best_beats_every_bot": above,
+            "example_best_plan": plans[0]}
 
 
 def main() -> None:
@@ -85,6 +91,8 @@ def main() -> None:
     ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
     ap.add_argument("--episodes", type=int, default=32)
     ap.add_argument("--split", choices=("train", "eval"), default="eval")
+    ap.add_argument("--bots", default=",".join(BOTS), help="comma-separated rule bots played as the agent")
+    ap.add_argument("--no-search", action="store_true", help="the bots' returns only, no exhaustive search")
     args = ap.parse_args()
     from echo2_sdk.config import load_config
     from echo2_sdk.episodic import opponent_pool
@@ -95,7 +103,7 @@ def main() -> None:
         raise SystemExit(f"moba_headroom: task.name={cfg.task.name!r}; this measures the moba task only")
     adapter = make_task(cfg.task.name, cfg.task.options, seed=cfg.train.seed)
     decisions = adapter.options.max_ticks - adapter.options.warmup_ticks
-    if decisions > MAX_DECISIONS:
+    if decisions > MAX_DECISIONS and not args.no_search:
         raise SystemExit(f"moba_headroom: {decisions} decisions per episode (task.options.max_ticks - warmup_ticks); "
                          f"the search takes at most {MAX_DECISIONS}: lower max_ticks or raise warmup_ticks")
     if args.episodes < 2:
@@ -105,13 +113,26 @@ def main() -> None:
         raise SystemExit(f"moba_headroom: task.options.opponent={adapter.options.opponent!r} seats a model; the "
                          "search needs rule bots only (a model foe would be copied at every node), e.g. "
                          "--set 'task.options.opponent=rule:pusher, rule:farmer'")
+    bot_specs = tuple(spec.strip() for spec in args.bots.split(",") if spec.strip())
+    from echo2_sdk.envs.moba.players import make_player
+
+    try:
+        for spec in bot_specs:
+            if not spec.startswith("rule:"):
+                raise ValueError(f"bot {spec!r} is not a rule bot")
+            make_player(spec)
+    except ValueError as exc:
+        raise SystemExit(f"moba_headroom: --bots={args.bots!r}: {exc}; e.g. --bots rule:farmer,rule:grinder")
+    if not bot_specs:
+        raise SystemExit(f"moba_headroom: --bots={args.bots!r} names no bot; e.g. --bots rule:farmer,rule:grinder")
     examples = list(adapter.examples(args.split))[: args.episodes]
     started = time.perf_counter()
     columns = {}
     for lineup in lineups:
         print(f"[moba_headroom] {lineup}: {len(examples)} episodes of {decisions} decisions", file=sys.stderr, flush=True)
-        columns[lineup] = measure(adapter, lineup, examples)
+        columns[lineup] = measure(adapter, lineup, examples, bot_specs, search=not args.no_search)
     print(json.dumps({"config": args.config, "overrides": args.overrides, "split": args.split, "decisions": decisions,
+                      "searched": not args.no_search, "bots": list(bot_specs),
                       "columns": columns, "seconds": round(time.perf_counter() - started, 1)}, indent=1))
 
 

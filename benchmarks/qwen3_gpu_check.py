@@ -22,7 +22,8 @@ each ``--learner-budgets`` micro_batch_tokens value (default 16384 and 32768, ea
 processes) a few steps on a batch of ``--learner-sequences`` (32) sequences of a prompt of up to 1,024
 and a completion of up to 8,192 tokens. It prints (and writes to ``--out/qwen3_learner_check.json``)
 per step the peak GPU memory (``max_memory_allocated``, max over ranks), step seconds, tokens/s,
-micro-batches and padding fraction. The whole mode stops starting steps once ``--max-seconds`` (420)
+micro-batches and padding fraction, beside the learner's own start-up memory estimate (``planned_gib``,
+``runtime/learning/memory.py``) for the same shapes. The whole mode stops starting steps once ``--max-seconds`` (420)
 would be passed and kills its ranks at that deadline, so it fits a 10-minute call. It needs only
 torch, transformers, safetensors, numpy and PyYAML, runs from a plain copy of the repository (echo2
 need not be installed), and never imports Ray or vLLM (checked: the JSON's ``ray_or_vllm_imported``).
@@ -194,6 +195,13 @@ def learner_rank_main(rank: int, world: int, port: int, shapes: dict, budget: in
         t0 = time.perf_counter()
         model = learner_model(shapes, device)
         record["params"] = sum(p.numel() for p in model.parameters())
+        from echo2_sdk.runtime.learning import memory
+
+        # the learner's own start-up estimate, to hold against the measured peak
+        plan = memory.estimate(memory.ModelShapes.of(model), num_ranks=world, precision=shapes["precision"],
+                               micro_batch_tokens=budget, gradient_checkpointing=shapes["gradient_checkpointing"],
+                               with_reference=False)
+        record["planned_gib"] = round(plan.total / memory.GIB, 2)
         learner = Learner(model, lr=1e-6, num_minibatches=1, loss_kwargs={"loss_agg": "token-mean"},
                           micro_batch_tokens=budget, precision=shapes["precision"],
                           gradient_checkpointing=shapes["gradient_checkpointing"], device=device, group=group,
@@ -322,7 +330,7 @@ def summarize_learner_config(budget: int, ranks: list[dict], killed: str | None)
     if killed:
         out["killed"] = killed
     r0 = ranks[0]
-    for key in ("params", "real_tokens", "batch_shape", "stopped"):
+    for key in ("params", "planned_gib", "real_tokens", "batch_shape", "stopped"):
         if key in r0:
             out[key] = r0[key]
     if "build_s" in r0:
@@ -403,7 +411,7 @@ def learner_main(args) -> int:
         print(f"[{time.time() - t_start:6.1f}s] micro_batch_tokens={budget}: "
               + (f"steady step {row.get('steady_step_s')} s, {row.get('steady_tokens_per_s')} tok/s, "
                  f"peak {row.get('peak_allocated_gib', row.get('peak_rss_gib'))} GiB"
-                 f"{'' if cuda else ' (RSS)'}, micro-batches {row.get('micro_batches')}, "
+                 f"{'' if cuda else ' (RSS)'} (planned {row.get('planned_gib')}), micro-batches {row.get('micro_batches')}, "
                  f"padding {row.get('padding_frac')}" if row["steps"] else f"no step finished: "
                  f"{(row.get('error') or row.get('killed') or '').strip().splitlines()[-1:]}"),
               file=sys.stderr, flush=True)

@@ -16,7 +16,9 @@ the benchmark measures it two ways that machine noise cannot fake:
 Variants: ``engine`` (backend.generate in this process), ``worker`` (RolloutWorker.generate +
 the JSON reply, in this process), ``actor_engine`` (backend.generate inside the Ray actor),
 ``actor`` (generate_wire on the actor, two in flight, decoded by the driver as the pool does),
-``actor_serial`` (the same, but the actor serves one whole request at a time: no scoring beside generation).
+``actor_serial`` (the same, but the actor serves one whole request at a time: no scoring beside generation),
+``actor_engine_calls`` (the bare engine in the actor, one Ray call per request, one at a time: what Ray's
+per-call machinery costs the engine, with none of the worker's own work).
 
     python benchmarks/rollout_overhead.py [--rounds 20] [--requests 4] [--prompts 16] [--n 8]
                                           [--max-new-tokens 16] [--quick]
@@ -70,6 +72,15 @@ def make_bench_worker_class() -> type:
             """generate_wire, one request at a time: scoring no longer overlaps the next generation."""
             with self._serial:
                 return self.generate_wire(examples_wire)
+
+        def engine_call(self, examples_wire: list[dict], request: int) -> int:
+            """One request's bare generation, with the seed the worker's call number ``request`` uses; tokens."""
+            from echo2_sdk.runtime.rollout.codec import example_from_dict
+
+            prompts = [self._prompt_ids(example_from_dict(e)) for e in examples_wire]
+            seed = None if self.sampling.seed is None else self.sampling.seed + request
+            outputs = self.backend.generate(prompts, self.n, dataclasses.replace(self.sampling, seed=seed))
+            return sum(len(c.token_ids) for outs in outputs for c in outs)
 
         def engine_stream(self, examples_wire: list[dict], requests: int) -> tuple[int, float]:
             from echo2_sdk.runtime.rollout.codec import example_from_dict
@@ -146,6 +157,11 @@ def main() -> None:
     def run_actor_engine() -> tuple[int, float]:
         return ray.get(actor.engine_stream.remote(wire_examples, args.requests))
 
+    def run_actor_engine_calls() -> tuple[int, float]:
+        t0 = time.perf_counter()
+        tokens = sum(ray.get(actor.engine_call.remote(wire_examples, r)) for r in range(args.requests))
+        return tokens, time.perf_counter() - t0
+
     def run_actor_stream(method: str) -> tuple[int, float]:
         ray.get(actor.rewind.remote())
         t0, tokens, inflight, submitted, t_gen = time.perf_counter(), 0, [], 0, 0.0
@@ -165,6 +181,7 @@ def main() -> None:
         "engine": lambda: run_engine(worker.backend, prompts, args.n, sampling, args.requests),
         "worker": run_worker,
         "actor_engine": run_actor_engine,
+        "actor_engine_calls": run_actor_engine_calls,
         "actor": lambda: run_actor_stream("generate_wire"),
         "actor_serial": lambda: run_actor_stream("generate_wire_serial"),
     }
@@ -215,6 +232,8 @@ def main() -> None:
             "worker_vs_engine": ratio("worker", "engine"),
             "actor_vs_actor_engine": ratio("actor", "actor_engine"),
             "actor_serial_vs_actor_engine": ratio("actor_serial", "actor_engine"),
+            "actor_engine_calls_vs_actor_engine": ratio("actor_engine_calls", "actor_engine"),
+            "actor_serial_vs_actor_engine_calls": ratio("actor_serial", "actor_engine_calls"),
             "actor_engine_vs_engine": ratio("actor_engine", "engine"),
             "actor_vs_engine": ratio("actor", "engine"),
         },

@@ -10,6 +10,7 @@ import pytest
 from echo2_sdk.runtime.cli import main as cli_main
 from echo2_sdk.env import check_env
 from echo2_sdk.envs.moba import MobaConfig, MobaEnv
+from echo2_sdk.envs.moba.game import Hero
 from echo2_sdk.envs.moba.evaluation import play_game
 from echo2_sdk.envs.moba.players import make_player
 from echo2_sdk.registry import make_task
@@ -119,24 +120,61 @@ def test_bots_have_distinct_results_and_games_end():
     assert sum(r["winner"] == 0 for r in farmer_vs_random) >= 6
 
 
-def test_the_farmer_takes_every_sure_last_hit_and_earns_gold_against_a_farmer():
+def _drive_against_a_farmer(style: str, seed: int, check) -> tuple[Hero, int]:
+    """Play ``style`` as hero 0 for up to 60 ticks against a farmer; ``check(game, hero, action)`` before each
+    step says whether the decision counted. Returns the hero and how many decisions counted."""
     env = MobaEnv(opponents=("rule:farmer",), max_ticks=60)
-    env.reset(seed=3)
-    farmer, taken = make_player("rule:farmer"), 0
-    farmer.begin(3)
+    env.reset(seed=seed)
+    player, counted = make_player(style), 0
+    player.begin(seed)
     while env.game.winner is None and env.game.tick < 60:
         game, hero = env.game, env.game.heroes[0]
-        sure = [c for c in game.creeps if c.side != hero.side and abs(c.pos - hero.pos) <= hero.reach
-                and c.hp <= hero.dmg - 2]
-        action = farmer.act(game, hero, None)
-        if sure and hero.hp >= 0.5 * hero.max_hp:  # healthy, with a creep the lowest roll kills in reach
-            assert action.startswith("hit c") and int(action[5:]) in {c.uid for c in sure}, action
-            taken += 1
+        action = player.act(game, hero, None)
+        counted += bool(check(game, hero, action))
         _, _, terminated, truncated, _ = env.step(action)
         if terminated or truncated:
             break
-    assert taken >= 1 and env.game.heroes[0].stats["last_hits"] >= taken  # heroes act before creeps: each lands
-    assert env.game.heroes[0].stats["gold_earned"] >= 20 * taken
+    return env.game.heroes[0], counted
+
+
+def _foe_creeps_in_reach(game, hero) -> list:
+    return sorted((c for c in game.creeps if c.side != hero.side and abs(c.pos - hero.pos) <= hero.reach),
+                  key=lambda c: (c.hp, c.uid))
+
+
+def test_the_farmer_takes_every_sure_last_hit_and_earns_gold_against_a_farmer():
+    def sure_hit_taken(game, hero, action) -> bool:
+        sure = [c for c in _foe_creeps_in_reach(game, hero) if c.hp <= hero.dmg - 2]
+        if sure and hero.hp >= 0.5 * hero.max_hp:  # healthy, with a creep the lowest roll kills in reach
+            assert action.startswith("hit c") and int(action[5:]) in {c.uid for c in sure}, action
+            return True
+        return False
+
+    hero, taken = _drive_against_a_farmer("rule:farmer", 3, sure_hit_taken)
+    assert taken >= 1 and hero.stats["last_hits"] >= taken  # heroes act before creeps: each lands
+    assert hero.stats["gold_earned"] >= 20 * taken
+
+
+def test_the_grinder_hits_the_weakest_creep_in_reach_and_earns_where_the_farmer_waits():
+    """The default demonstrator's third style: it wounds creeps for its own next hit. In the default training
+    window against a farmer the farmer earns nothing (it waits for sure kills), the grinder does."""
+    import dataclasses
+
+    def weakest_hit(game, hero, action) -> bool:
+        reach = _foe_creeps_in_reach(game, hero)
+        if reach and hero.hp >= 0.5 * hero.max_hp and game.rel(hero.side, hero.pos) != 0:
+            assert action == f"hit c{reach[0].uid}", action
+            return True
+        return False
+
+    _, hits = _drive_against_a_farmer("rule:grinder", 5, weakest_hit)
+    assert hits >= 3
+    adapter = make_task("moba", {"num_eval": 8})
+    episodes = [dataclasses.replace(e, meta={**e.meta, "opponent": "rule:farmer"}) for e in adapter.examples("eval")]
+    farmer = [adapter.play_episode(e, "rule:farmer").reward for e in episodes]
+    grinder_returns = [adapter.play_episode(e, "rule:grinder").reward for e in episodes]
+    assert max(farmer) == 0.0 and sum(grinder_returns) > 0.0, (farmer, grinder_returns)
+    assert "rule:grinder" in adapter.options.demonstrator
 
 
 def test_adapter_examples_sft_and_text_episodes(tiny_tokenizer):

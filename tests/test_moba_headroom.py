@@ -116,3 +116,15 @@ def test_a_model_foe_is_refused_in_one_line():
     assert proc.returncode != 0
     message = proc.stderr.strip().splitlines()
     assert len(message) == 1 and "seats a model" in message[0], proc.stderr
+
+
+def test_named_bots_without_the_search_and_a_misspelt_bot_refused_in_one_line():
+    proc = _run(*TWO_DECISIONS, "--episodes", "2", "--bots", "rule:grinder", "--no-search")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    report = json.loads(proc.stdout)
+    assert report["bots"] == ["rule:grinder"] and report["searched"] is False
+    for column in report["columns"].values():
+        assert set(column) == {"rule:grinder as agent"} and column["rule:grinder as agent"]["n"] == 2
+    proc = _run(*TWO_DECISIONS, "--episodes", "2", "--bots", "rule:grindr", "--no-search")
+    message = proc.stderr.strip().splitlines()
+    assert proc.returncode != 0 and len(message) == 1 and "rule:grindr" in message[0], proc.stderr

@@ -13,6 +13,9 @@ the agent's; ``feedback`` is the reason the previous reply was refused). Rule-ba
     then hits the foe hero, the tower/base, or the weakest creep in reach, in that order; heals
     below 40 % HP, retreats only below 20 %; buys when home. Trades HP for pressure and ignores
     last-hitting and tower aggro.
+``rule:grinder`` — **creep grinder**: the farmer, but it hits the weakest foe creep in reach whenever
+    it has one and is healthy (above 50 % HP, off its base), wounding creeps for its own next hit instead
+    of waiting for a sure kill. Earns gold where a farmer waits; a demonstrator of creep play.
 ``rule:random`` — uniform over the legal actions (a fuzzer, not a style).
 
 ``llm:NAME`` seats an :class:`echo2_sdk.envs.seats.ChatSeat` that sees the same observations
@@ -149,6 +152,20 @@ class Pusher(RuleBot):
         return "advance" if game.rel(hero.side, hero.pos) < game.rules.lane_length else "hold"
 
 
+class Grinder(Farmer):
+    """The farmer, except that it hits the weakest foe creep in reach whenever there is one: it wounds
+    creeps so that its next hit kills them (the set-up the farmer never plays, waiting for a sure kill)."""
+
+    name = "rule:grinder"
+
+    def act(self, game: Game, hero: Hero, feedback: str | None) -> str:
+        safe = game.rel(hero.side, hero.pos) != 0 and hero.hp >= 0.5 * hero.max_hp
+        in_reach = self.foe_creeps(game, hero, hero.reach)  # weakest first
+        if safe and in_reach:
+            return f"hit c{in_reach[0].uid}"
+        return super().act(game, hero, feedback)
+
+
 class RandomBot(RuleBot):
     name = "rule:random"
 
@@ -172,14 +189,14 @@ class LLMHero:
         return self.seat.reply(render(game, hero, self.max_ticks, "; ".join(notes)))
 
 
-RULE_STYLES: dict[str, type[RuleBot]] = {"farmer": Farmer, "pusher": Pusher, "random": RandomBot}
+RULE_STYLES: dict[str, type[RuleBot]] = {"farmer": Farmer, "pusher": Pusher, "grinder": Grinder, "random": RandomBot}
 _ALIASES = {"defensive": "farmer", "farm": "farmer", "aggressive": "pusher", "push": "pusher"}
 
 
 def make_player(spec: Any, *, system: str | None = None, max_ticks: int = 300,
                 llm_policies: Mapping[str, Policy] | None = None,
                 llm_policy_factory: Callable[[str], Policy] | None = None):
-    """A hero player from ``rule:farmer|pusher|random``, ``llm:NAME``, a player object or a policy callable."""
+    """A hero player from ``rule:farmer|pusher|grinder|random``, ``llm:NAME``, a player object or a policy callable."""
     if hasattr(spec, "act") and hasattr(spec, "begin"):
         return spec
     if callable(spec):
