@@ -85,6 +85,23 @@ def measure(adapter, lineup: str, examples, bot_specs: tuple[str, ...] = BOTS, s
             "example_best_plan": plans[0]}
 
 
+def bot_problem(spec: str) -> str | None:
+    """Why ``spec`` cannot be played as the agent here (None: it can): the search copies rule bots only.
+
+    >>> bot_problem("rule:grinder") is None, bot_problem("llm:runs/x")
+    (True, "'llm:runs/x' is not a rule bot")
+    """
+    from echo2_sdk.envs.moba.players import make_player
+
+    if not spec.startswith("rule:"):
+        return f"{spec!r} is not a rule bot"
+    try:
+        make_player(spec)
+    except ValueError as exc:
+        return str(exc)
+    return None
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--config", default=str(ROOT / "examples" / "moba.yaml"))
@@ -114,17 +131,9 @@ def main() -> None:
                          "search needs rule bots only (a model foe would be copied at every node), e.g. "
                          "--set 'task.options.opponent=rule:pusher, rule:farmer'")
     bot_specs = tuple(spec.strip() for spec in args.bots.split(",") if spec.strip())
-    from echo2_sdk.envs.moba.players import make_player
-
-    try:
-        for spec in bot_specs:
-            if not spec.startswith("rule:"):
-                raise ValueError(f"bot {spec!r} is not a rule bot")
-            make_player(spec)
-    except ValueError as exc:
-        raise SystemExit(f"moba_headroom: --bots={args.bots!r}: {exc}; e.g. --bots rule:farmer,rule:grinder")
-    if not bot_specs:
-        raise SystemExit(f"moba_headroom: --bots={args.bots!r} names no bot; e.g. --bots rule:farmer,rule:grinder")
+    problem = next(filter(None, map(bot_problem, bot_specs)), None) if bot_specs else "names no bot"
+    if problem:
+        raise SystemExit(f"moba_headroom: --bots={args.bots!r}: {problem}; e.g. --bots rule:farmer,rule:grinder")
     examples = list(adapter.examples(args.split))[: args.episodes]
     started = time.perf_counter()
     columns = {}

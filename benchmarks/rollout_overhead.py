@@ -75,26 +75,23 @@ def make_bench_worker_class() -> type:
 
         def engine_call(self, examples_wire: list[dict], request: int) -> int:
             """One request's bare generation, with the seed the worker's call number ``request`` uses; tokens."""
+            return self.engine_stream(examples_wire, 1, first=request)[0]
+
+        def engine_stream(self, examples_wire: list[dict], requests: int, first: int = 0) -> tuple[int, float]:
             from echo2_sdk.runtime.rollout.codec import example_from_dict
 
             prompts = [self._prompt_ids(example_from_dict(e)) for e in examples_wire]
-            seed = None if self.sampling.seed is None else self.sampling.seed + request
-            outputs = self.backend.generate(prompts, self.n, dataclasses.replace(self.sampling, seed=seed))
-            return sum(len(c.token_ids) for outs in outputs for c in outs)
-
-        def engine_stream(self, examples_wire: list[dict], requests: int) -> tuple[int, float]:
-            from echo2_sdk.runtime.rollout.codec import example_from_dict
-
-            prompts = [self._prompt_ids(example_from_dict(e)) for e in examples_wire]
-            return run_engine(self.backend, prompts, self.n, self.sampling, requests)
+            return run_engine(self.backend, prompts, self.n, self.sampling, requests, first=first)
 
     return BenchWorker
 
 
-def run_engine(backend: Any, prompts: list[list[int]], n: int, sampling: Any, requests: int) -> tuple[int, float]:
-    """The engine alone, with the seeds the worker's first ``requests`` calls use; (tokens, seconds)."""
+def run_engine(backend: Any, prompts: list[list[int]], n: int, sampling: Any, requests: int,
+               first: int = 0) -> tuple[int, float]:
+    """The engine alone, with the seeds the worker's calls ``first`` .. ``first + requests - 1`` use;
+    (tokens, seconds)."""
     t0, tokens = time.perf_counter(), 0
-    for r in range(requests):
+    for r in range(first, first + requests):
         params = dataclasses.replace(sampling, seed=None if sampling.seed is None else sampling.seed + r)
         tokens += sum(len(c.token_ids) for outs in backend.generate(prompts, n, params) for c in outs)
     return tokens, time.perf_counter() - t0

@@ -153,8 +153,9 @@ class Pusher(RuleBot):
 
 
 class Grinder(Farmer):
-    """The farmer, except that it hits the weakest foe creep in reach whenever there is one: it wounds
-    creeps so that its next hit kills them (the set-up the farmer never plays, waiting for a sure kill)."""
+    """The farmer, except that while healthy (≥ 50 % HP) and off its base it hits the weakest foe creep in
+    reach whenever there is one: it wounds creeps so that its next hit kills them (the set-up the farmer never
+    plays, waiting for a sure kill)."""
 
     name = "rule:grinder"
 
