@@ -187,7 +187,7 @@ def test_two_training_steps_of_the_generated_poker_task(tmp_path):
     cmd = [sys.executable, "-m", "echo2_sdk.runtime.cli", "train", "--config", "poker/poker.yaml",
            "--run-dir", str(run_dir), "--set", "train.steps=2", "--set", "model.warm_start.enabled=false",
            "--set", "train.eval_max_examples=2", "--set", "rollout.num_workers=1", "--set", "rollout.samples_per_prompt=2",
-           "--set", "train.plots=false", "--set", "train.checkpoint_every=0",
+           "--set", "train.prompts_per_step=2", "--set", "train.plots=false", "--set", "train.checkpoint_every=0",
            "--set", "task.options={num_train: 8, num_eval: 2, num_sft: 0}", "--set", "runtime.ray_num_cpus=2",
            # the tokenizer fitted to the generated task: episodes 4x shorter, and its corpus hook exercised
            "--set", "model.tiny.tokenizer=task"]

@@ -56,7 +56,7 @@ def test_installed_cli_loads_the_shipped_poker_config(installed_tree: Path, tmp_
     # poker.yaml's values, each of which differs from the defaults a missing example would fall back to
     assert cfg["task"]["name"] == "poker"
     assert (cfg["model"]["tiny"]["tokenizer"], defaults.model.tiny.tokenizer) == ("task", "char")
-    assert (cfg["train"]["prompts_per_step"], defaults.train.prompts_per_step) == (2, 16)
+    assert (cfg["train"]["prompts_per_step"], defaults.train.prompts_per_step) == (4, 16)
     assert cfg["rollout"]["max_new_tokens"] == 6 != defaults.rollout.max_new_tokens
     assert cfg["algo"]["turn_advantage_weight"] == 1.0 != defaults.algo.turn_advantage_weight
     assert cfg["task"]["options"] == {"num_sft": 512, "max_invalid_actions": 1}
