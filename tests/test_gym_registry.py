@@ -12,6 +12,7 @@ from gymnasium.utils.env_checker import check_env as gymnasium_check_env
 
 import echo2_sdk.envs
 from echo2_sdk.env import TextEnv, check_env
+from echo2_sdk.env_check import checker_warnings
 
 BUILTIN_IDS = {"echo2/Poker-v0", "echo2/Moba-v0"}
 # Shorter games keep the checks quick; an env registered later is checked with its defaults.
@@ -37,7 +38,7 @@ def test_each_registered_env_passes_gymnasium_and_echo2_checks(env_id):
     with warnings.catch_warnings(record=True) as caught:  # gymnasium's checker asks for the bare env
         warnings.simplefilter("always")
         gymnasium_check_env(env.unwrapped, skip_render_check=True, skip_close_check=True)
-    assert [str(w.message) for w in caught] == []
+    assert checker_warnings(caught) == []
     report = check_env(env.unwrapped)
     assert report["steps"] > 10 and report["gymnasium_warnings"] == []
     # Through gymnasium's wrappers (order enforcing, passive checker) the env plays like the bare one.
@@ -64,3 +65,12 @@ def test_make_works_without_importing_echo2_first():
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == ["MobaEnv", "True"]
+
+
+def test_checker_warnings_keep_the_envs_and_drop_the_garbage_collectors():
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        warnings.warn("unclosed event loop <loop>", ResourceWarning)  # what a finalizer may emit mid-check
+        warnings.warn("The obs returned by the `step()` method is not within the observation space.", UserWarning)
+        warnings.warn("The obs returned by the `step()` method is not within the observation space.", UserWarning)
+    assert checker_warnings(caught) == ["The obs returned by the `step()` method is not within the observation space."]
