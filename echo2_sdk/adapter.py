@@ -108,6 +108,16 @@ class BaseTaskAdapter(abc.ABC):
     def examples(self, split: str) -> Sequence[Example]:
         """Examples of ``split`` (one of ``"sft"``, ``"train"``, ``"eval"``), deterministic under seed."""
 
+    opponents: tuple[tuple[str, float], ...] = ()
+    """Optional: the task's opponent pool as (line-up, base share) pairs, each example having drawn one
+    (``meta["opponent"]``); empty (the default) for a task without one. With two or more line-ups the runtime
+    may re-draw them by the policy's results (``train.opponent_sampling: prioritized``) through :meth:`against`."""
+
+    def against(self, example: Example, lineup: str) -> Example:
+        """``example`` (a train example) played against ``lineup``, one of :attr:`opponents`, instead of the
+        line-up it drew. Needed only by a task with an opponent pool."""
+        raise NotImplementedError(f"task {self.name!r} has no opponent pool to draw {lineup!r} from")
+
     def build_messages(self, example: Example) -> list[dict[str, str]]:
         """Chat messages of the prompt x (the generation prompt is added by the tokenizer).
 

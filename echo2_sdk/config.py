@@ -23,6 +23,7 @@ from echo2_sdk.config_loader import (  # re-exported: the public config API live
 )
 from echo2_sdk.broadcast_config import BroadcastConfig
 from echo2_sdk.learner_config import LearnerConfig
+from echo2_sdk.opponent_sampling import OPPONENT_SAMPLING
 from echo2_sdk.rollout_config import (  # re-exported: every config section is importable from here
     RolloutConfig,
     VLLMOptions,
@@ -246,6 +247,16 @@ class TrainConfig:
     """Keep only the newest K checkpoints of the run (older ``checkpoints/step_*`` folders are deleted once a
     newer one is complete); null keeps them all. K ≥ 1; 2 or more leaves a fallback should the newest
     one be damaged."""
+    opponent_sampling: str = "fixed"
+    """How training deals meet a pooled ``task.options.opponent`` (two or more line-ups): ``fixed`` (each
+    example keeps the line-up it drew at the pool's shares) or ``prioritized`` (PFSP: each dispatched deal
+    re-draws its line-up at shares tilted toward those the policy's running training return is worst
+    against; ``echo2_sdk/opponent_sampling.py``). Held-out evaluation always keeps the fixed draws."""
+    opponent_priority: float = 2.0
+    """With ``prioritized``: the tilt's strength, per standard deviation of the episode return by which a
+    line-up's running mean return trails the best one (share ∝ base share · exp(strength · gap)); ≥ 0."""
+    opponent_floor: float = 0.25
+    """With ``prioritized``: every line-up keeps at least this fraction of its base share; 0 to 1."""
     eval_every: int = 0
     """Evaluate on the held-out split every K steps (and before/after training); 0: only before/after."""
     eval_max_examples: int | None = 100
@@ -275,6 +286,17 @@ class TrainConfig:
         if self.keep_checkpoints is not None and self.keep_checkpoints < 1:
             raise ConfigError(f"train.keep_checkpoints={self.keep_checkpoints} must be >= 1 (checkpoints kept), "
                               "or null to keep every checkpoint")
+        if self.opponent_sampling not in OPPONENT_SAMPLING:
+            close = difflib.get_close_matches(str(self.opponent_sampling), OPPONENT_SAMPLING, n=1)
+            hint = f" Did you mean {close[0]!r}?" if close else ""
+            raise ConfigError(f"train.opponent_sampling={self.opponent_sampling!r}; use one of "
+                              f"{list(OPPONENT_SAMPLING)}.{hint}")
+        if not (math.isfinite(self.opponent_priority) and self.opponent_priority >= 0):
+            raise ConfigError(f"train.opponent_priority={self.opponent_priority!r} must be a finite number >= 0 "
+                              "(0 keeps the pool's shares); use e.g. 2.0")
+        if not 0.0 <= self.opponent_floor <= 1.0:
+            raise ConfigError(f"train.opponent_floor={self.opponent_floor!r} must be in [0, 1] (the fraction of its "
+                              "base share every line-up keeps); use e.g. 0.25")
         if self.eval_samples < 1:
             raise ConfigError(f"train.eval_samples={self.eval_samples} must be >= 1 (k of avg@k)")
         if not self.eval_temperature >= 0:

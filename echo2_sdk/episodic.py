@@ -160,7 +160,6 @@ class EpisodicTaskAdapter(MultiTurnTaskAdapter):
         """The demonstrator mixture: one spec is drawn per demonstration (and per tokenizer-corpus) episode."""
         pool = getattr(opts, "opponent", None)
         self.opponents = opponent_pool(pool) if isinstance(pool, str) else ()
-        """The opponent pool, (line-up, share) pairs; empty for a task without an ``opponent`` option."""
         self.llm_policy_factory: Callable[[str], Policy] | None = None
         """Set by the runtime when opponents are ``llm:PATH`` (path → policy)."""
         self._splits: dict[str, list[Example]] = {}
@@ -252,6 +251,12 @@ class EpisodicTaskAdapter(MultiTurnTaskAdapter):
         if not self.opponents:
             return example
         lineup = pick_spec(self.opponents, f"{self.name}:{self.seed}:{split}:opponent:{index}")
+        return Example(id=example.id, prompt=example.prompt, answer=example.answer,
+                       meta={**example.meta, "opponent": lineup})
+
+    def against(self, example: Example, lineup: str) -> Example:
+        if lineup not in dict(self.opponents):
+            raise ValueError(f"line-up {lineup!r} is not in task.options.opponent ({', '.join(dict(self.opponents))})")
         return Example(id=example.id, prompt=example.prompt, answer=example.answer,
                        meta={**example.meta, "opponent": lineup})
 

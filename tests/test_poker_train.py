@@ -194,7 +194,8 @@ def test_a_runs_policies_answer_at_the_runs_reply_length(tmp_path):
 
 
 @pytest.mark.slow
-def test_two_trainer_steps_on_the_poker_config(tmp_path):
+@pytest.mark.parametrize("sampling", ["fixed", "prioritized"])
+def test_two_trainer_steps_on_the_poker_config(tmp_path, sampling):
     import ray
 
     from echo2_sdk.runtime.driver.trainer import Trainer
@@ -203,6 +204,7 @@ def test_two_trainer_steps_on_the_poker_config(tmp_path):
         "model.warm_start.enabled=false", "train.steps=2", "train.prompts_per_step=2", "rollout.samples_per_prompt=2",
         "rollout.prompts_per_request=1", "rollout.num_workers=1", "train.eval_max_examples=2", "train.plots=false",
         "rollout.max_new_tokens=6", "train.checkpoint_every=0", "task.options={num_train: 8, num_eval: 2}",
+        f"train.opponent_sampling={sampling}",
     ])
     ray.init(address="local", num_cpus=2, include_dashboard=False, logging_level="ERROR",
              runtime_env={"env_vars": {"OMP_NUM_THREADS": "1", "TRANSFORMERS_VERBOSITY": "error"}})
@@ -217,3 +219,10 @@ def test_two_trainer_steps_on_the_poker_config(tmp_path):
     assert (tmp_path / "poker" / "checkpoints" / "step_2" / "model.safetensors").exists()
     rows = [json.loads(line) for line in (tmp_path / "poker" / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [1, 2] and all(r["samples"] == 4 for r in rows)
+    shares = [{k: v for k, v in r.items() if k.startswith("opponent_share/")} for r in rows]
+    if sampling == "fixed":
+        assert shares == [{}, {}]
+    else:  # one share per line-up of the example's pool, and the trained line-ups' running returns
+        assert all(sorted(s) == [f"opponent_share/rule:{n}" for n in ("calling", "lag", "tag")] for s in shares)
+        assert all(sum(s.values()) == pytest.approx(1.0, abs=1e-3) for s in shares)
+        assert any(k.startswith("opponent_return/") for k in rows[-1])

@@ -8,6 +8,7 @@ from typing import Mapping
 
 from echo2_sdk.runtime.admission.dispatch import DispatchControl
 from echo2_sdk.runtime.driver.data import PromptStream
+from echo2_sdk.runtime.driver.opponents import OpponentSampler
 from echo2_sdk.runtime.learning.buffer import ReplayBuffer
 from echo2_sdk.runtime.rollout.pool import RolloutPool
 from echo2_sdk.runtime.rollout.slots import WorkerSlot
@@ -15,10 +16,12 @@ from echo2_sdk.runtime.rollout.slots import WorkerSlot
 
 class Dispatcher:
     def __init__(self, pool: RolloutPool, stream: PromptStream, buffer: ReplayBuffer, control: DispatchControl,
-                 prompts_per_request: int, holds: Mapping[str, int]) -> None:
+                 prompts_per_request: int, holds: Mapping[str, int], opponents: OpponentSampler | None = None) -> None:
         """``holds``: the newest version each worker is known to have installed, kept up to date by the
-        deliveries (``DeliveryTracker.holds``: read, not copied)."""
+        deliveries (``DeliveryTracker.holds``: read, not copied); ``opponents``: re-draws each example's
+        line-up (prioritized opponent sampling), None keeps the examples' own draws."""
         self.pool, self.stream, self.buffer, self.control = pool, stream, buffer, control
+        self.opponents = opponents
         self.prompts_per_request = prompts_per_request
         self.holds = holds
 
@@ -46,7 +49,7 @@ class Dispatcher:
                         break
                     self.control.forced += 1
                     self.control.forget(slot.name, time.perf_counter())  # it works: its pause ends
-                self.pool.submit(slot, self.stream.take(self.prompts_per_request))
+                self.pool.submit(slot, self._take(self.prompts_per_request))
                 in_flight[slot.name] = len(slot.inflight)
 
     def fill_sync(self, missing: int) -> bool:
@@ -56,8 +59,12 @@ class Dispatcher:
             return False
         k = self.prompts_per_request
         for i in range(0, missing, k):
-            self.pool.submit(live[(i // k) % len(live)], self.stream.take(min(k, missing - i)))
+            self.pool.submit(live[(i // k) % len(live)], self._take(min(k, missing - i)))
         return True
+
+    def _take(self, count: int) -> list:
+        examples = self.stream.take(count)
+        return examples if self.opponents is None else self.opponents.assign(examples)
 
     def on_reply(self, slot: WorkerSlot, request_s: float) -> None:
         self.control.on_reply(slot.name, request_s)

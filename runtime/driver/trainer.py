@@ -32,6 +32,7 @@ from echo2_sdk.runtime.driver.dispatch import Dispatcher
 from echo2_sdk.runtime.admission.dispatch import DispatchControl
 from echo2_sdk.runtime.driver.evaluation import format_eval
 from echo2_sdk.runtime.broadcast.delivery import DeliveryTracker, delivery_summary
+from echo2_sdk.runtime.driver.opponents import OpponentSampler
 from echo2_sdk.runtime.driver.metrics import RunStats, group_signals, progress_line, summarize
 from echo2_sdk.runtime.rollout.pool import RolloutPool
 from echo2_sdk.runtime.rollout.install_wait import wait_installed
@@ -72,6 +73,7 @@ class Trainer:
         # Names resolve after the task module is imported (it may register its own); a typo fails here,
         # before the warm start, with the closest registered name.
         get_policy_loss(cfg.algo.loss), get_advantage(cfg.algo.advantage)
+        self.opponents = OpponentSampler.from_config(cfg.train, self.adapter)  # None: the examples' own draws
         self.sync = cfg.runtime.mode == "sync"
         self.kappa = 1 if self.sync else resolve_kappa(cfg.runtime.staleness, cfg.runtime.kappa)
         self.staleness = 0 if self.sync else cfg.runtime.staleness
@@ -138,9 +140,11 @@ class Trainer:
                                   prompt_ids=PromptRenderer(self.adapter, self.tokenizer),
                                   buffer_order=cfg.runtime.buffer_order)
         self.buffer = self.gate.buffer  # what the gate admitted, drawn from by the learner
+        if resume and self.opponents is not None:
+            self.opponents.restore(extra.get("opponent_sampler", {}))
         self.dispatch = Dispatcher(self.pool, self.stream, self.buffer, DispatchControl(
             self.staleness, cfg.train.prompts_per_step, enabled=cfg.runtime.admission_control and not self.sync),
-            r.prompts_per_request, holds=self.deliveries.holds)
+            r.prompts_per_request, holds=self.deliveries.holds, opponents=self.opponents)
         self.ledger = RunLedger(self.gate, self.pool, self.controller)  # the per-worker sample ledger (admission.accounting)
         if resume:  # the checkpoint's buffered groups, checked again (run_state.py says why not regenerated)
             self.ledger.restore(extra, self.learner.version, log)
@@ -359,6 +363,8 @@ class Trainer:
         t_train = time.perf_counter() - t0
         self.step += 1
         self.gate.count_trained(groups)
+        if self.opponents is not None:
+            self.opponents.observe(groups)
         row = self.stats.on_step(step=self.step, version=self.learner.version, records=records, v_t=v_t,
                                  t_train_s=t_train, wall_s=time.perf_counter() - self.t_start,
                                  published_version=self.published, buffer_groups=len(self.buffer),
@@ -367,6 +373,8 @@ class Trainer:
         row.update(self.agreement.update([str(r.meta.get("worker", "")) for r in records],
                                          [v_t - r.version for r in records], self.learner.last_agreement))
         row.update(self.ledger.row())
+        if self.opponents is not None:
+            row.update(self.opponents.row())
         if self.controller is not None:
             row.update(self.controller.on_step(time.perf_counter(), t_train,
                                                row["accepted"], row["reward_mean"]))
@@ -391,7 +399,8 @@ class Trainer:
             str(self.run.checkpoint_dir(self.step)),
             extra={"step": self.step, "data_position": self.stream.position,
                    "stats": stats_at_checkpoint(self.stats, self.deliveries),
-                   **self.ledger.checkpoint_extra()},  # admission counters, buffered groups, pool state
+                   **self.ledger.checkpoint_extra(),  # admission counters, buffered groups, pool state
+                   **({"opponent_sampler": self.opponents.state()} if self.opponents is not None else {})},
         )
         self.checkpointed_step = self.step
         self.run.prune_checkpoints(self.cfg.train.keep_checkpoints, self.step)
