@@ -48,7 +48,8 @@ class MobaAdapter(EpisodicTaskAdapter):
     @dataclass(frozen=True)
     class Options:
         opponent: str = "rule:pusher, rule:farmer"
-        """The foe heroes: a spec (``rule:farmer|pusher|grinder|random``, ``llm:PATH``) for every foe, ``A+B`` for
+        """The foe heroes: a spec (``rule:farmer|pusher|grinder|random``, ``llm:PATH``, ``llm:self``: the policy
+        being trained, greedy — self-play) for every foe, ``A+B`` for
         one per foe, or a weighted pool of such line-ups, ``"2 rule:pusher, rule:farmer"``: each game draws
         one (recorded in the records' meta, and in Ω.group when pooled). Default: both rule styles."""
         team_size: int = 1

@@ -211,6 +211,15 @@ class EpisodicTaskAdapter(MultiTurnTaskAdapter):
             self.llm_policy_factory = factory
 
     @property
+    def scripted_opponents(self) -> tuple[tuple[str, float], ...]:
+        """The line-ups that demonstrations and the tokenizer corpus play against: the pool's line-ups
+        without a model seat (a model seat, ``llm:self`` above all, has no model before training), or the
+        demonstrators' styles when every line-up seats a model."""
+        scripted = tuple((lineup, share) for lineup, share in self.opponents
+                         if not any(seat.startswith("llm:") for seat in lineup_seats(lineup)))
+        return scripted or tuple(self.demonstrators)
+
+    @property
     def pooled(self) -> bool:
         """Whether episodes draw their opponents from a pool of more than one line-up."""
         return len(self.opponents) > 1
@@ -221,8 +230,9 @@ class EpisodicTaskAdapter(MultiTurnTaskAdapter):
         return self.config if opponent is None else dataclasses.replace(self.config, opponents=lineup_seats(opponent))
 
     def env_for(self, example: Example):
-        """A fresh env for ``example``: against the line-up it drew when the opponents are pooled."""
-        return self.make_env(opponent=example.meta.get("opponent")) if self.pooled else self.make_env()
+        """A fresh env for ``example``: against the line-up it drew (``meta["opponent"]``), if any."""
+        opponent = example.meta.get("opponent")
+        return self.make_env(opponent=opponent) if self.opponents and opponent else self.make_env()
 
     def group_of(self, env, example: Example) -> str:
         """Ω.group of ``example``'s episode in ``env``: :meth:`episode_group`, and the line-up when pooled."""
@@ -263,7 +273,10 @@ class EpisodicTaskAdapter(MultiTurnTaskAdapter):
     def _demonstration(self, index: int) -> Example:
         """An sft example: a ``demonstrator`` episode's conversation up to one of its decisions (picked
         by the seed), the demonstrator's reply there as the answer."""
-        base = self._drawn_example("sft", index)
+        base = self._example("sft", index)
+        if self.opponents:  # the key _drawn_example would use: a pool without model seats draws as before
+            lineup = pick_spec(self.scripted_opponents, f"{self.name}:{self.seed}:sft:opponent:{index}")
+            base = Example(id=base.id, prompt=base.prompt, answer=base.answer, meta={**base.meta, "opponent": lineup})
         episode = self.play_episode(base, pick_spec(self.demonstrators, f"{self.name}:{self.seed}:sft-player:{index}"))
         replies = [i for i, m in enumerate(episode.messages) if m["role"] == "assistant"]
         at = replies[random.Random(f"{self.name}:{self.seed}:sft-turn:{index}").randrange(len(replies))]
@@ -272,7 +285,7 @@ class EpisodicTaskAdapter(MultiTurnTaskAdapter):
 
     def _shared_env(self, example: Example):
         """One env per line-up for the questions asked before an episode is played (prompt, group)."""
-        key = example.meta.get("opponent") if self.pooled else None
+        key = example.meta.get("opponent") if self.opponents else None
         if key not in self._envs:
             self._envs[key] = self.env_for(example)
         return self._envs[key]
@@ -306,7 +319,7 @@ class EpisodicTaskAdapter(MultiTurnTaskAdapter):
         """
         for index in range(self.corpus_episodes):
             seed = random.Random(f"{self.name}:tokenizer-corpus:{index}").getrandbits(62)
-            env = self.make_env()
+            env = self.make_env(opponent=self.scripted_opponents[0][0]) if self.opponents else self.make_env()
             obs, info = env.begin_episode(seed)
             yield env.system_prompt
             player = self.make_bot(pick_spec(self.demonstrators, f"{self.name}:tokenizer-corpus-player:{index}"), env)

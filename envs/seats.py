@@ -5,7 +5,7 @@
 
 - :func:`llm_policy` turns an ``llm:NAME`` spec into a chat policy: ``llm_policies[NAME]`` if given,
   else ``llm_policy_factory(NAME)`` (the runtime installs a checkpoint loader there, see
-  ``echo2_sdk.runtime.rollout.episodes.ensure_llm_opponents``; ``echo2 eval`` passes its own).
+  ``echo2_sdk.runtime.rollout.mirror.bind_seats``, where ``llm:self`` is the training policy itself; ``echo2 eval`` passes its own).
 - :class:`ChatSeat` keeps one conversation (system rules, one user message per observation, one
   assistant message per reply) and asks the policy for the next reply.
 """

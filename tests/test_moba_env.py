@@ -109,6 +109,22 @@ def test_llm_opponent_seat_sees_text_and_its_refusals_are_counted():
     assert any("Invalid action" in s for s in seen) and info["opponent_invalid_actions"] >= 1
 
 
+def test_a_model_seat_is_autopiloted_through_the_warm_up_like_the_agent():
+    seen = []
+
+    def policy(messages):
+        seen.append(messages[-1]["content"])
+        return "hold"
+
+    env = MobaEnv(opponents=("llm:bob",), llm_policies={"bob": policy}, max_ticks=8, warmup_ticks=5)
+    env.reset(seed=0)
+    assert seen == []  # the warm-up asked its own pilot, not the model
+    env.step("hold")
+    assert len(seen) == 1 and seen[0].startswith("T5/8")  # it takes over when the agent does
+    rules_only = MobaEnv(opponents=("rule:pusher",), max_ticks=8, warmup_ticks=5)
+    assert rules_only.warmup_pilots == {}  # rule seats play their own style all game
+
+
 def test_bots_have_distinct_results_and_games_end():
     config = MobaConfig()
     results = [play_game(config, [make_player("rule:pusher"), make_player("rule:farmer")], f"t:{k}") for k in range(20)]

@@ -53,7 +53,10 @@ agent reads) and ``step_reward`` (r_t from the agent's gains in a tick).
 
 Determinism: the game from ``"{seed}:game"``, hero i's player from ``"{seed}:seat:{i}"``, the warm-up
 autopilot from ``"{seed}:autopilot"``. ``warmup_ticks`` lets the autopilot play the agent's hero first,
-so short training episodes start in a live lane.
+so short training episodes start in a live lane; a model-played hero (``llm:NAME``) is autopiloted
+through the warm-up too (its own pilot, from ``"{seed}:seat-autopilot:{i}"``), so a model seat — the
+training policy itself under ``llm:self`` — takes over when the agent does, in the kind of state the
+agent learns in, and a warm-up costs it no generation.
 """
 
 from __future__ import annotations
@@ -65,7 +68,7 @@ from typing import Any, Callable
 
 from echo2_sdk.env import Policy, TextEnv, sanitize_text
 from echo2_sdk.envs.moba.game import Game, Rules
-from echo2_sdk.envs.moba.players import make_player
+from echo2_sdk.envs.moba.players import LLMHero, make_player
 from echo2_sdk.envs.moba.text import action_text, legal_texts, parse, render, system_prompt
 from echo2_sdk.envs.seats import build_config
 
@@ -83,7 +86,7 @@ class MobaConfig:
     max_ticks: int = 300
     """Truncate when the game clock reaches this tick."""
     warmup_ticks: int = 0
-    """Ticks the ``autopilot`` plays the agent's hero before the first observation."""
+    """Ticks the ``autopilot`` plays the agent's hero (and every model-played hero) before the first observation."""
     autopilot: str = "rule:farmer"
     opponents: tuple[str, ...] = ("rule:pusher",)
     """One spec for every foe hero, or one per foe (``rule:farmer|pusher|grinder|random``, ``llm:NAME``)."""
@@ -141,6 +144,9 @@ class MobaEnv(TextEnv):
         self.players = {i: self.make_hero_player(i, spec) for i, spec in specs.items()}
         self.autopilot = make_player(config.autopilot, system=self.system_prompt, max_ticks=config.max_ticks,
                                      llm_policies=llm_policies, llm_policy_factory=llm_policy_factory)
+        self.warmup_pilots = {i: make_player(config.autopilot, system=self.system_prompt, max_ticks=config.max_ticks,
+                                             llm_policies=llm_policies, llm_policy_factory=llm_policy_factory)
+                              for i, player in self.players.items() if isinstance(player, LLMHero)}
         self.game: Game | None = None
 
     # ----- hooks: what a task derived from moba (``echo2 new-task moba``) overrides ----------------
@@ -180,11 +186,13 @@ class MobaEnv(TextEnv):
         for index, player in self.players.items():
             player.begin(random.Random(f"{episode_seed}:seat:{index}").getrandbits(62))
         self.autopilot.begin(random.Random(f"{episode_seed}:autopilot").getrandbits(62))
+        for index, pilot in self.warmup_pilots.items():
+            pilot.begin(random.Random(f"{episode_seed}:seat-autopilot:{index}").getrandbits(62))
         self._steps = self._attempts = self._invalid = self._forced = self._opponent_invalid = 0
         self._invalid_by_kind = {"unparsable": 0, "illegal": 0}
         self._notes: list[str] = []
         while game.tick < warmup and game.winner is None:
-            self._tick(self._ask(self.autopilot, 0)[0])
+            self._tick(self._ask(self.autopilot, 0)[0], warming_up=True)
         self._skip_dead()
         self._notes = []  # what happened during the warm-up is not news
         self._taken = game.heroes[0].stats["damage_taken"]
@@ -246,11 +254,13 @@ class MobaEnv(TextEnv):
                 return parsed, attempt
         return ("hold",), self.config.max_invalid_actions + 1
 
-    def _tick(self, agent_action: tuple) -> None:
+    def _tick(self, agent_action: tuple, warming_up: bool = False) -> None:
         game = self.game
         assert game is not None
         actions = {0: agent_action}
         for index, player in self.players.items():
+            if warming_up:
+                player = self.warmup_pilots.get(index, player)
             if game.heroes[index].alive:
                 actions[index], refused = self._ask(player, index)
                 self._opponent_invalid += refused

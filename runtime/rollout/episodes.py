@@ -30,6 +30,7 @@ from typing import Any, Sequence
 from echo2_sdk.adapter import BaseTaskAdapter, Example, MultiTurnTaskAdapter
 from echo2_sdk.records import RecordLimits, Rollout, RolloutGroup
 from echo2_sdk.runtime.rollout.backends.base import GenerationBackend, SamplingParams
+from echo2_sdk.runtime.rollout.mirror import bind_seats
 
 # Episode counters summed over records (``summarize_rollouts``), when the adapter reports them.
 COUNTERS = ("turns", "invalid_actions", "forced_actions", "hands_played", "chips", "walks")
@@ -76,7 +77,7 @@ def run_episodes(
     if max_context_tokens <= params.max_new_tokens:
         raise ValueError(f"max_context_tokens={max_context_tokens} leaves no room for a prompt with "
                          f"max_new_tokens={params.max_new_tokens}; raise it")
-    ensure_llm_opponents(adapter)
+    bind_seats(adapter, backend, tokenizer, params.max_new_tokens)  # llm:PATH loads a checkpoint, llm:self mirrors
     per_example = [[adapter.open_episode(ex, tokenizer) for _ in range(n)] for ex in examples]
     episodes = [ep for eps in per_example for ep in eps]
     errors: dict[int, str] = {}
@@ -184,11 +185,3 @@ def evaluate_episodes(adapter: BaseTaskAdapter, backend: GenerationBackend, toke
             returns.append([r.reward for r in group.rollouts])
             records.extend(group.rollouts)
     return returns, summarize_rollouts(records)
-
-
-def ensure_llm_opponents(adapter: BaseTaskAdapter) -> None:
-    """Give an adapter with ``llm:PATH`` seats (``llm_policy_factory is None``) the checkpoint loader."""
-    if hasattr(adapter, "llm_policy_factory") and adapter.llm_policy_factory is None:
-        from echo2_sdk.runtime.rollout.chat_policy import cached_chat_policy
-
-        adapter.llm_policy_factory = cached_chat_policy
