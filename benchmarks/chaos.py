@@ -39,6 +39,9 @@ WORKER_TITLE = "ray::RolloutWorker"
 class ChaosPlan:
     workers: int = 4
     """Rollout workers of the run."""
+    worker_tokens_per_s: float | None = None
+    """A simulated throughput cap on every worker (``max_tokens_per_s``): a floor under the step time, so a
+    schedule in seconds lands inside the run on a fast machine too (None: uncapped)."""
     steps: int = 120
     """train.steps."""
     kill_every_s: float = 20.0
@@ -173,6 +176,9 @@ def train_args(plan: ChaosPlan, run_dir: Path) -> list[str]:
     out = ["--config", str(ROOT / "examples" / "quickstart.yaml"), "--run-dir", str(run_dir)]
     for key, value in sets.items():
         out += ["--set", f"{key}={value}"]
+    if plan.worker_tokens_per_s is not None:
+        specs = ", ".join(f"{{name: worker{i}, max_tokens_per_s: {plan.worker_tokens_per_s:g}}}" for i in range(plan.workers))
+        out += ["--set", f"rollout.workers=[{specs}]"]
     for extra in plan.extra_sets:
         out += ["--set", extra]
     return out
@@ -306,6 +312,7 @@ def main(argv: list[str] | None = None) -> int:
     d = ChaosPlan()
     p.add_argument("--workers", type=int, default=d.workers)
     p.add_argument("--steps", type=int, default=d.steps)
+    p.add_argument("--worker-tokens-per-s", type=float, default=None, help="cap every worker's throughput")
     p.add_argument("--kill-every-s", type=float, default=d.kill_every_s)
     p.add_argument("--stop-at-s", type=float, default=d.stop_at_s, help="negative: no SIGSTOP")
     p.add_argument("--stop-for-s", type=float, default=d.stop_for_s)
@@ -319,7 +326,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--run-dir", default=None, help="default: a fresh temporary folder")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     a = p.parse_args(argv)
-    plan = ChaosPlan(workers=a.workers, steps=a.steps, kill_every_s=a.kill_every_s,
+    plan = ChaosPlan(workers=a.workers, worker_tokens_per_s=a.worker_tokens_per_s, steps=a.steps, kill_every_s=a.kill_every_s,
                      stop_at_s=a.stop_at_s if a.stop_at_s >= 0 else None, stop_for_s=a.stop_for_s,
                      driver_kill_step=a.driver_kill_step if a.driver_kill_step >= 0 else None,
                      checkpoint_every=a.checkpoint_every, stall_timeout_s=a.stall_timeout_s,

@@ -28,9 +28,11 @@ def _chaos():
 
 def test_a_run_survives_worker_kills_a_hung_worker_and_a_driver_kill(tmp_path):
     chaos = _chaos()
-    plan = chaos.ChaosPlan(workers=2, steps=45, kill_every_s=6.0, max_kills=3, stop_at_s=3.0, stop_for_s=25.0,
-                           driver_kill_step=20, checkpoint_every=10, stall_timeout_s=4.0, warm_start_epochs=1,
-                           eval_examples=10, staleness=3, timeout_s=420.0)
+    # Capped workers: at least ~1 s a step, so the schedule (in seconds) falls inside the run
+    # on a fast day too (uncapped, one fast day ran 20 steps in 5 s and the first kill never came).
+    plan = chaos.ChaosPlan(workers=2, worker_tokens_per_s=200, steps=45, kill_every_s=6.0, max_kills=3, stop_at_s=3.0,
+                           stop_for_s=25.0, driver_kill_step=20, checkpoint_every=10, stall_timeout_s=4.0,
+                           warm_start_epochs=1, eval_examples=10, staleness=3, timeout_s=420.0)
     r = chaos.run(plan, tmp_path / "run", log=print)
     assert r.exit_codes[-1:] == [0], f"exit codes {r.exit_codes}; see {tmp_path / 'run.chaos.log'}"
     assert r.steps_completed == plan.steps and r.metrics_steps_contiguous
