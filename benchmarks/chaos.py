@@ -177,7 +177,8 @@ def train_args(plan: ChaosPlan, run_dir: Path) -> list[str]:
     for key, value in sets.items():
         out += ["--set", f"{key}={value}"]
     if plan.worker_tokens_per_s is not None:
-        specs = ", ".join(f"{{name: worker{i}, max_tokens_per_s: {plan.worker_tokens_per_s:g}}}" for i in range(plan.workers))
+        cap = f"{plan.worker_tokens_per_s:g}"
+        specs = ", ".join(f"{{name: worker{i}, max_tokens_per_s: {cap}}}" for i in range(plan.workers))
         out += ["--set", f"rollout.workers=[{specs}]"]
     for extra in plan.extra_sets:
         out += ["--set", extra]
@@ -326,7 +327,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--run-dir", default=None, help="default: a fresh temporary folder")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     a = p.parse_args(argv)
-    plan = ChaosPlan(workers=a.workers, worker_tokens_per_s=a.worker_tokens_per_s, steps=a.steps, kill_every_s=a.kill_every_s,
+    plan = ChaosPlan(workers=a.workers, worker_tokens_per_s=a.worker_tokens_per_s, steps=a.steps,
+                     kill_every_s=a.kill_every_s,
                      stop_at_s=a.stop_at_s if a.stop_at_s >= 0 else None, stop_for_s=a.stop_for_s,
                      driver_kill_step=a.driver_kill_step if a.driver_kill_step >= 0 else None,
                      checkpoint_every=a.checkpoint_every, stall_timeout_s=a.stall_timeout_s,
