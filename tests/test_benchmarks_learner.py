@@ -57,7 +57,9 @@ def test_learner_scale_quick_sweep():
         for key in ("step_s", "tokens_per_s", "peak_rss_mb", "micro_batches", "padding_frac", "loss"):
             assert key in row, key
         assert row["step_s"] > 0 and math.isfinite(row["loss"])
-        assert row["tokens_per_s"] == pytest.approx(row["real_tokens"] / row["step_s"], rel=0.01)
+        # step_s is printed to 3 decimals: on a fast day (a ~30 ms step) that rounding alone moves the ratio > 1 %
+        rounding = 0.0005 / row["step_s"]
+        assert row["tokens_per_s"] == pytest.approx(row["real_tokens"] / row["step_s"], rel=0.01 + rounding)
         assert row["peak_rss_mb"] >= row["rss_before_step_mb"] > 0
 
     batch = report["batch"]
