@@ -114,6 +114,12 @@ def pick_spec(mixture: Sequence[tuple[str, float]], key: str) -> str:
     return random.Random(key).choices(specs, weights=weights)[0]
 
 
+def _with_opponent(example: Example, lineup: str) -> Example:
+    """``example`` played against ``lineup`` (``meta["opponent"]``)."""
+    return Example(id=example.id, prompt=example.prompt, answer=example.answer,
+                   meta={**example.meta, "opponent": lineup})
+
+
 @dataclass(frozen=True)
 class TextEpisode:
     """A finished text-level episode."""
@@ -255,28 +261,24 @@ class EpisodicTaskAdapter(MultiTurnTaskAdapter):
                 self._splits[split] = [self._drawn_example(split, i) for i in range(count)]
         return self._splits[split]
 
-    def _drawn_example(self, split: str, index: int) -> Example:
-        """:meth:`_example` with the opponent line-up it drew (``meta["opponent"]``) when there is a pool."""
+    def _drawn_example(self, split: str, index: int, pool: Sequence[tuple[str, float]] | None = None) -> Example:
+        """:meth:`_example` with the opponent line-up it drew (``meta["opponent"]``) from ``pool`` (default:
+        the task's) when there is one."""
         example = self._example(split, index)
         if not self.opponents:
             return example
-        lineup = pick_spec(self.opponents, f"{self.name}:{self.seed}:{split}:opponent:{index}")
-        return Example(id=example.id, prompt=example.prompt, answer=example.answer,
-                       meta={**example.meta, "opponent": lineup})
+        lineup = pick_spec(pool or self.opponents, f"{self.name}:{self.seed}:{split}:opponent:{index}")
+        return _with_opponent(example, lineup)
 
     def against(self, example: Example, lineup: str) -> Example:
         if lineup not in dict(self.opponents):
             raise ValueError(f"line-up {lineup!r} is not in task.options.opponent ({', '.join(dict(self.opponents))})")
-        return Example(id=example.id, prompt=example.prompt, answer=example.answer,
-                       meta={**example.meta, "opponent": lineup})
+        return _with_opponent(example, lineup)
 
     def _demonstration(self, index: int) -> Example:
         """An sft example: a ``demonstrator`` episode's conversation up to one of its decisions (picked
         by the seed), the demonstrator's reply there as the answer."""
-        base = self._example("sft", index)
-        if self.opponents:  # the key _drawn_example would use: a pool without model seats draws as before
-            lineup = pick_spec(self.scripted_opponents, f"{self.name}:{self.seed}:sft:opponent:{index}")
-            base = Example(id=base.id, prompt=base.prompt, answer=base.answer, meta={**base.meta, "opponent": lineup})
+        base = self._drawn_example("sft", index, self.scripted_opponents)  # without model seats: the pool's draws
         episode = self.play_episode(base, pick_spec(self.demonstrators, f"{self.name}:{self.seed}:sft-player:{index}"))
         replies = [i for i, m in enumerate(episode.messages) if m["role"] == "assistant"]
         at = replies[random.Random(f"{self.name}:{self.seed}:sft-turn:{index}").randrange(len(replies))]

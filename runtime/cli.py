@@ -249,12 +249,13 @@ def cmd_eval(args: argparse.Namespace) -> int:
     def llm_policy(path: str):
         # torch + transformers (no Ray), loaded only when a model plays
         from echo2_sdk.runtime.rollout.chat_policy import cached_chat_policy, reply_tokens
-        from echo2_sdk.runtime.rollout.mirror import SELF_SEAT, SeatPolicies
+        from echo2_sdk.runtime.rollout.mirror import SeatPolicies
 
-        if path == SELF_SEAT:
-            return SeatPolicies()(path)  # the one-line error: llm:self plays only inside a training run
-        max_new_tokens = opts.max_new_tokens if opts.max_new_tokens is not None else reply_tokens(path, 16)
-        return cached_chat_policy(path, opts.temperature, max_new_tokens)
+        def load(name: str):
+            max_new_tokens = opts.max_new_tokens if opts.max_new_tokens is not None else reply_tokens(name, 16)
+            return cached_chat_policy(name, opts.temperature, max_new_tokens)
+
+        return SeatPolicies(load=load)(path)  # no mirror here: llm:self fails in one line
 
     try:
         print(head_to_head.run(opts, llm_policy))

@@ -46,7 +46,7 @@ class OpponentSampler:
             return None
         if len(adapter.opponents) < 2:
             have = ", ".join(lineup for lineup, _ in adapter.opponents) or "no opponent option"
-            raise ConfigError(f"train.opponent_sampling=prioritized needs two or more line-ups in task.options.opponent "
+            raise ConfigError("train.opponent_sampling=prioritized needs two or more line-ups in task.options.opponent "
                               f"(task {adapter.name!r} has: {have}); give a pool, e.g. "
                               "\"rule:calling, rule:tag, rule:lag\", or set train.opponent_sampling=fixed")
         return cls(adapter, train.opponent_priority, train.opponent_floor, train.seed)
@@ -75,7 +75,8 @@ class OpponentSampler:
         known = set(self.lineups)
         for group in groups:
             lineup = group.rollouts[0].meta.get("opponent") if group.rollouts else None
-            rewards = [float(r.reward) for r in group.rollouts if isinstance(r.reward, (int, float)) and math.isfinite(r.reward)]
+            rewards = [float(r.reward) for r in group.rollouts
+                       if isinstance(r.reward, (int, float)) and math.isfinite(r.reward)]
             if not isinstance(lineup, str) or lineup not in known or not rewards:  # a worker's meta is untrusted
                 continue
             self.means.setdefault(lineup, deque(maxlen=WINDOW_GROUPS)).append(sum(rewards) / len(rewards))
