@@ -17,11 +17,12 @@ Variants: ``engine`` (backend.generate in this process), ``worker`` (RolloutWork
 the JSON reply, in this process), ``actor_engine`` (backend.generate inside the Ray actor),
 ``actor`` (generate_wire on the actor, two in flight, decoded by the driver as the pool does),
 ``actor_serial`` (the same, but the actor serves one whole request at a time: no scoring beside generation),
+``actor_child_rewards`` (``actor`` with every reward sent to the guard's child process: no ``quick_reward``),
 ``actor_engine_calls`` (the bare engine in the actor, one Ray call per request, one at a time: what Ray's
 per-call machinery costs the engine, with none of the worker's own work).
 
     python benchmarks/rollout_overhead.py [--rounds 20] [--requests 4] [--prompts 16] [--n 8]
-                                          [--max-new-tokens 16] [--quick]
+                                          [--max-new-tokens 16] [--variants actor_engine,actor] [--quick]
 """
 
 from __future__ import annotations
@@ -68,6 +69,10 @@ def make_bench_worker_class() -> type:
         def rewind(self) -> None:
             self._calls = 0
 
+        def use_quick_reward(self, on: bool) -> None:
+            """Off: every reward goes through the guard's child process, as before ``quick_reward``."""
+            self.guard.local = self.adapter if on else None
+
         def generate_wire_serial(self, examples_wire: list[dict]) -> bytes:
             """generate_wire, one request at a time: scoring no longer overlaps the next generation."""
             with self._serial:
@@ -106,6 +111,8 @@ def main() -> None:
     ap.add_argument("--max-new-tokens", type=int, default=16)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--quick", action="store_true", help="a smoke run: 2 rounds, 2 requests, 4 prompts")
+    ap.add_argument("--variants", default="", help="comma-separated variants to run (default: all); fewer "
+                    "variants give more rounds in the same time, e.g. actor_engine,actor")
     args = ap.parse_args()
     if args.quick:
         args.rounds, args.requests, args.prompts = 2, 2, 4
@@ -138,7 +145,7 @@ def main() -> None:
     ray.get(actor.ping.remote())
 
     serial_outside: list[float] = []
-    idle: dict[str, list[float]] = {"generate_wire": [], "generate_wire_serial": []}
+    idle: dict[str, list[float]] = {"generate_wire": [], "generate_wire_serial": [], "child_rewards": []}
 
     def run_worker() -> tuple[int, float]:
         worker.rewind()
@@ -159,8 +166,8 @@ def main() -> None:
         tokens = sum(ray.get(actor.engine_call.remote(wire_examples, r)) for r in range(args.requests))
         return tokens, time.perf_counter() - t0
 
-    def run_actor_stream(method: str) -> tuple[int, float]:
-        ray.get(actor.rewind.remote())
+    def run_actor_stream(method: str, quick_reward: bool = True) -> tuple[int, float]:
+        ray.get([actor.rewind.remote(), actor.use_quick_reward.remote(quick_reward)])
         t0, tokens, inflight, submitted, t_gen = time.perf_counter(), 0, [], 0, 0.0
         while submitted < args.requests or inflight:
             while len(inflight) < 2 and submitted < args.requests:
@@ -171,7 +178,7 @@ def main() -> None:
             tokens += result.num_tokens
             t_gen += result.t_generate_s
         wall = time.perf_counter() - t0
-        idle[method].append(1 - t_gen / wall)
+        idle[method if quick_reward else "child_rewards"].append(1 - t_gen / wall)
         return tokens, wall
 
     variants = {
@@ -181,7 +188,14 @@ def main() -> None:
         "actor_engine_calls": run_actor_engine_calls,
         "actor": lambda: run_actor_stream("generate_wire"),
         "actor_serial": lambda: run_actor_stream("generate_wire_serial"),
+        "actor_child_rewards": lambda: run_actor_stream("generate_wire", quick_reward=False),
     }
+    if args.variants:
+        chosen = [v.strip() for v in args.variants.split(",") if v.strip()]
+        unknown = sorted(set(chosen) - set(variants))
+        if unknown:
+            ap.error(f"--variants: unknown {unknown}; choose from {', '.join(variants)}")
+        variants = {k: variants[k] for k in chosen}
     for fn in variants.values():  # warm-up: caches, allocator, the reward guard's child process
         fn()
     serial_outside.clear()
@@ -197,8 +211,13 @@ def main() -> None:
             seconds[name].append(secs)
             tokens[name].append(toks)
 
-    def ratio(path_name: str, engine_name: str) -> dict[str, Any]:
+    def ratio(path_name: str, engine_name: str) -> dict[str, Any] | None:
+        if path_name not in seconds or engine_name not in seconds:
+            return None  # a variant not run
         return summarize([1 - a / b for a, b in zip(seconds[engine_name], seconds[path_name])])
+
+    def share(values: list[float]) -> dict[str, Any] | None:
+        return summarize(values) if values else None
 
     last = worker.generate(examples)
     records = [x for g in last.groups for x in group_from_wire(g).rollouts]
@@ -221,14 +240,17 @@ def main() -> None:
         "tokens_per_s_median": {k: round(statistics.median(t / s for t, s in zip(tokens[k], v)), 1)
                                 for k, v in seconds.items()},
         "accounting": {
-            "worker_time_outside_engine": summarize(serial_outside),
-            "actor_engine_idle_share": summarize(idle["generate_wire"]),
-            "actor_serial_engine_idle_share": summarize(idle["generate_wire_serial"]),
+            "worker_time_outside_engine": share(serial_outside),
+            "actor_engine_idle_share": share(idle["generate_wire"]),
+            "actor_serial_engine_idle_share": share(idle["generate_wire_serial"]),
+            "actor_child_rewards_engine_idle_share": share(idle["child_rewards"]),
         },
         "paired_overhead": {  # 1 - t_engine / t_path per round: the throughput the path loses
             "worker_vs_engine": ratio("worker", "engine"),
             "actor_vs_actor_engine": ratio("actor", "actor_engine"),
             "actor_serial_vs_actor_engine": ratio("actor_serial", "actor_engine"),
+            "actor_child_rewards_vs_actor_engine": ratio("actor_child_rewards", "actor_engine"),
+            "actor_vs_actor_child_rewards": ratio("actor", "actor_child_rewards"),
             "actor_engine_calls_vs_actor_engine": ratio("actor_engine_calls", "actor_engine"),
             "actor_serial_vs_actor_engine_calls": ratio("actor_serial", "actor_engine_calls"),
             "actor_engine_vs_engine": ratio("actor_engine", "engine"),

@@ -176,6 +176,21 @@ class TaskAdapter(BaseTaskAdapter):
     def reward(self, example: Example, completion_text: str) -> float:
         """r = R(x, y). Runs on the rollout worker under a deadline; may raise (scored 0, counted)."""
 
+    def quick_reward(self, example: Example, completion_text: str) -> float | None:
+        """R(x, y) when it can be decided cheaply, else ``None`` (the default: always ``reward``).
+
+        Runs in the worker's own process, before and instead of the guarded ``reward``, so that a
+        reward a bare comparison decides costs no round trip to the reward process (for a small
+        model's short answers that round trip is a visible share of the worker's time). It has no
+        deadline: keep it to code whose cost is linear in ``len(completion_text)`` (at most the
+        guard's ``max_chars``) — a regex fullmatch, an integer comparison — and return ``None`` for
+        anything needing a parser. It must agree with ``reward`` wherever it answers. A raise or a
+        non-number hands the item to ``reward``; NaN/inf score 0 (``non_finite``). It is used only
+        when defined with ``reward`` (by the same class or a subclass): a subclass that overrides
+        ``reward`` alone turns an inherited ``quick_reward`` off.
+        """
+        return None
+
     # ----- Ω ----------------------------------------------------------------------------------
     def group_key(self, example: Example) -> str:
         """Advantage group tag written into Ω (default: the prompt id, i.e. GRPO groups)."""

@@ -102,6 +102,19 @@ def _reward(adapter: TaskAdapter, example: Example, text: str) -> float:
     return float(value)
 
 
+def _check_quick_reward(adapter: TaskAdapter, example: Example, texts: Sequence[str]) -> None:
+    """Wherever ``quick_reward`` answers (as the worker uses it), it must give ``reward``'s value."""
+    from echo2_sdk.rewards import score_quickly
+
+    for text in texts:
+        quick = score_quickly(adapter, example, text)
+        if quick is not None and quick.reward != _reward(adapter, example, text):
+            raise _error(adapter, f"quick_reward gives {quick.reward} for {text[:60]!r} where reward gives "
+                         f"{_reward(adapter, example, text)}",
+                         "quick_reward must agree with reward wherever it answers (return None to defer)",
+                         example)
+
+
 def _wrong_answers(reference: str) -> list[str]:
     wrong = list(GENERIC_WRONG_ANSWERS)
     if _INTEGER.fullmatch(reference.strip()):
@@ -150,7 +163,8 @@ def check_adapter(adapter: BaseTaskAdapter, tokenizer, *, max_examples: int = 8)
 
     Checks: ``train`` and ``eval`` are non-empty; ids are unique strings within each split; a
     second instance with the same seed gives the same examples; the reference answer earns
-    ``max_reward`` and obviously wrong answers do not; rewards are finite; ``materialize`` gives
+    ``max_reward`` and obviously wrong answers do not; rewards are finite; ``quick_reward``, where it
+    answers, agrees with ``reward`` on those answers; ``materialize`` gives
     a 0/1 mask aligned to the completion; a Rollout of prompt + reference + the turn's closing
     token passes ``validate_rollout``. Examples without a reference answer skip the reward and Ω
     checks, and so do multi-turn adapters (their reward and Ω come from playing an episode; see
@@ -187,6 +201,7 @@ def check_adapter(adapter: BaseTaskAdapter, tokenizer, *, max_examples: int = 8)
                 raise _error(adapter, f"the wrong answer {wrong!r} earns max_reward={adapter.max_reward} "
                              f"(reference {reference[:80]!r})",
                              "the reward must compare the answer with the gold answer", example)
+        _check_quick_reward(adapter, example, [reference, *_wrong_answers(reference)])
         _check_rollout(adapter, tokenizer, example, reference, gold_reward)
     return {
         "task": adapter.name or type(adapter).__name__,

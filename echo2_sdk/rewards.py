@@ -79,6 +79,47 @@ def score_directly(
     return RewardResult(reward, "ok", "")
 
 
+def _quick_path(cls: type) -> Any:
+    """``cls.quick_reward`` when it was written with ``cls.reward``: defined by the class that defines
+    ``reward`` or by a subclass of it. A subclass that overrides ``reward`` only (a generated task over a
+    built-in) would otherwise be scored by its parent's rule.
+
+    >>> from echo2_sdk.registry import get_task_class
+    >>> arith = get_task_class("arith")
+    >>> _quick_path(arith) is not None, _quick_path(type("Mine", (arith,), {"reward": lambda *_: 0.0})) is None
+    (True, True)
+    """
+    owners = {}
+    for name in ("reward", "quick_reward"):
+        owners[name] = next((k for k in cls.__mro__ if name in vars(k)), None)
+    if owners["quick_reward"] is None or owners["reward"] is None:
+        return None
+    if not issubclass(owners["quick_reward"], owners["reward"]):
+        return None
+    return vars(owners["quick_reward"])["quick_reward"]
+
+
+def score_quickly(adapter: TaskAdapter, example: Example, text: str) -> RewardResult | None:
+    """The adapter's ``quick_reward`` under the guard's rules, or None when ``reward`` must decide.
+
+    A raise or a non-number is not the quick path's to report: the item goes to ``reward``, which
+    decides it under the deadline (and reports any failure of its own).
+    """
+    quick = _quick_path(type(adapter))
+    if quick is None:
+        return None
+    try:
+        value = quick(adapter, example, text)
+    except Exception:  # the full reward decides
+        return None
+    if value is None or isinstance(value, bool) or not isinstance(value, numbers.Real):
+        return None
+    reward = float(value)
+    if not math.isfinite(reward):
+        return RewardResult(0.0, "non_finite", f"quick_reward returned {reward!r}")
+    return RewardResult(reward, "ok", "")
+
+
 # ----- child process ----------------------------------------------------------------------------
 def _exit_with_parent() -> None:
     """Exit as soon as the parent dies, even when the parent was SIGKILLed (atexit never ran).
@@ -151,6 +192,9 @@ class RewardGuard:
     overruns ``timeout_s`` the child is killed, the item scores 0 with status ``timeout``, a new child
     is started and the remaining items continue there. Texts longer than ``max_chars`` score 0
     without reaching the reward (``oversize``). One batch runs at a time (calls are serialized).
+
+    ``local``: the caller's own adapter of the same task. Items its ``quick_reward`` decides are
+    scored here, without the round trip (a worker passes its adapter; the child stays for the rest).
     """
 
     def __init__(
@@ -162,6 +206,7 @@ class RewardGuard:
         timeout_s: float = 5.0,
         max_chars: int = 4000,
         start_timeout_s: float = 120.0,
+        local: TaskAdapter | None = None,
     ) -> None:
         if not timeout_s > 0:
             raise ValueError(f"RewardGuard timeout_s must be > 0 seconds, got {timeout_s!r}")
@@ -173,6 +218,8 @@ class RewardGuard:
         self.timeout_s = float(timeout_s)
         self.max_chars = int(max_chars)
         self.start_timeout_s = float(start_timeout_s)
+        self.local = local
+        self._in_process = 0
         self._context = multiprocessing.get_context("spawn")
         self._lock = threading.Lock()
         self._counts: Counter = Counter({status: 0 for status in STATUSES})
@@ -241,7 +288,7 @@ class RewardGuard:
         """Score ``(example, completion_text)`` pairs; results in input order, never raises for data."""
         items = list(items)
         results: list[RewardResult | None] = [None] * len(items)
-        pending = []
+        pending, local, quick_count = [], self.local, 0
         for index, (_, text) in enumerate(items):
             if not isinstance(text, str):
                 results[index] = RewardResult(
@@ -252,10 +299,15 @@ class RewardGuard:
                     0.0, "oversize", f"{len(text)} chars > max_chars={self.max_chars}"
                 )
             else:
-                pending.append(index)
+                quick = None if local is None else score_quickly(local, *items[index])
+                if quick is None:
+                    pending.append(index)
+                else:
+                    results[index], quick_count = quick, quick_count + 1
         with self._lock:
             if self._closed:
                 raise RuntimeError("RewardGuard is closed; create a new one to score more items")
+            self._in_process += quick_count
             while pending:
                 pending = self._run_batch(items, pending, results)
             for result in results:
@@ -307,10 +359,12 @@ class RewardGuard:
 
     # ----- bookkeeping ------------------------------------------------------------------------
     def stats(self) -> dict[str, int]:
-        """Counts of each status since creation, plus ``restarts`` of the child process."""
+        """Counts of each status since creation, ``restarts`` of the child process, and how many
+        items ``quick_reward`` decided in this process (``in_process``, also counted by status)."""
         # No lock: a batch waiting on a hung reward must not block monitoring. The keys are fixed,
         # so reading while a batch updates the counts is safe (at worst one batch behind).
-        return {**{s: self._counts[s] for s in STATUSES}, "restarts": self._restarts}
+        return {**{s: self._counts[s] for s in STATUSES}, "restarts": self._restarts,
+                "in_process": self._in_process}
 
     @property
     def child_pid(self) -> int | None:

@@ -113,6 +113,11 @@ class EmptyMask(GoodAdapter):
         return Omega(loss_mask=(0,) * len(completion_ids), group=example.id)
 
 
+class QuickDisagrees(GoodAdapter):
+    def quick_reward(self, example, completion_text):
+        return 0.0  # reward gives the gold answer 1.0
+
+
 def test_good_adapter_passes(tokenizer):
     assert check_adapter(GoodAdapter(), tokenizer)["checked"] == 3
 
@@ -130,6 +135,7 @@ def test_good_adapter_passes(tokenizer):
         (ShortMask, "loss_mask of 1 entries for 2 completion tokens"),
         (NonBinaryMask, "loss_mask entries [2]"),
         (EmptyMask, "fails validation (bad_mask"),
+        (QuickDisagrees, "quick_reward gives 0.0 for"),
     ],
 )
 def test_broken_adapter_fails_with_a_clear_message(tokenizer, adapter_cls, message):

@@ -13,10 +13,10 @@ import pytest
 
 from echo2_sdk.adapter import Example
 from echo2_sdk.registry import make_task
-from echo2_sdk.rewards import RewardGuard, RewardResult, RewardWorkerError, score_directly
+from echo2_sdk.rewards import RewardGuard, RewardResult, RewardWorkerError, score_directly, score_quickly
 
 sys.path.insert(0, os.path.dirname(__file__))
-from reward_fixtures import import_path  # noqa: E402
+from reward_fixtures import ScriptedRewardAdapter, import_path  # noqa: E402
 
 SCRIPTED = import_path("ScriptedRewardAdapter")
 EXAMPLE = Example(id="scripted:7", prompt="say 7", answer="7")
@@ -171,3 +171,73 @@ def _alive(pid: int) -> bool:
             return f.read().split(")")[-1].split()[0] != "Z"
     except FileNotFoundError:
         return False
+
+
+class _QuickScripted(ScriptedRewardAdapter):
+    """A local adapter's quick path: decides digits and "hang" here, scripts its own failures."""
+
+    def quick_reward(self, example: Example, completion_text: str):
+        if completion_text == "hang":
+            return 0.5  # had it reached the child, this item would time out
+        if completion_text == "quick-boom":
+            raise ValueError("quick path failure")
+        if completion_text == "quick-nan":
+            return float("nan")
+        if completion_text in ("quick-str", "quick-bool"):
+            return "1.0" if completion_text == "quick-str" else True
+        if completion_text.isdigit():
+            return 1.0 if completion_text == example.answer else 0.0
+        return None
+
+
+def test_quick_reward_decides_in_process_and_defers_the_rest_to_the_child():
+    with RewardGuard(SCRIPTED, None, 0, timeout_s=TIMEOUT_S, max_chars=100, local=_QuickScripted(None)) as guard:
+        started = time.perf_counter()
+        results = _in_thread(guard.score_many, [(EXAMPLE, "hang"), (EXAMPLE, "7"), (EXAMPLE, "8")])
+        assert time.perf_counter() - started < TIMEOUT_S, "a quick-decided item went to the child"
+        assert results == [RewardResult(0.5, "ok", ""), RewardResult(1.0, "ok", ""), RewardResult(0.0, "ok", "")]
+        # A raise or a non-number goes to the full reward (which scores these texts 0, or fails on "boom").
+        results = guard.score_many([(EXAMPLE, "quick-boom"), (EXAMPLE, "quick-str"), (EXAMPLE, "quick-bool"),
+                                    (EXAMPLE, "boom"), (EXAMPLE, "quick-nan"), (EXAMPLE, "x" * 101)])
+        assert [r.status for r in results] == ["ok", "ok", "ok", "error", "non_finite", "oversize"]
+        assert [r.reward for r in results] == [0.0] * 6
+        assert "quick_reward returned nan" in results[4].detail
+        stats = guard.stats()
+        assert stats["in_process"] == 4 and stats["ok"] == 6 and stats["timeout"] == 0 and stats["restarts"] == 0
+
+
+def test_arith_quick_reward_agrees_with_its_reward():
+    adapter = make_task("arith", None, seed=0)
+    example = adapter.examples("eval")[0]
+    gold = int(example.answer)
+    texts = [str(gold), f" {gold} \n", str(gold + 1), str(-gold), f"{gold}.0", f"{gold}+0", "", " ", "abc",
+             "٣", "1" * 60, f"\\boxed{{{gold}}}", f"0{gold}", "-0", "12 13"]
+    decided = 0
+    for text in texts:
+        quick = adapter.quick_reward(example, text)
+        if quick is not None:
+            decided += 1
+            assert quick == adapter.reward(example, text), text
+    assert decided >= len(texts) - 2  # only the unicode digit and the 60-digit number need math-verify
+
+
+def test_an_inherited_quick_reward_is_off_once_reward_is_overridden():
+    """A task generated over a built-in overrides ``reward``; the parent's quick rule must not score it."""
+    arith = make_task("arith", None, seed=0)
+    mine = type("Mine", (type(arith),), {"reward": lambda self, example, text: 0.25})(seed=0)
+    both = type("Both", (type(mine),), {"quick_reward": lambda self, example, text: 0.25})(seed=0)
+    example = arith.examples("eval")[0]
+    assert score_quickly(arith, example, example.answer) == RewardResult(1.0, "ok", "")
+    assert score_quickly(mine, example, example.answer) is None  # its own reward decides: 0.25, not 1.0
+    assert score_quickly(both, example, example.answer) == RewardResult(0.25, "ok", "")
+
+
+def test_doctests():
+    import doctest
+
+    from echo2_sdk import rewards
+    from echo2_sdk.adapters import arith
+
+    for module in (rewards, arith):
+        result = doctest.testmod(module)
+        assert result.attempted > 0 and result.failed == 0, module.__name__

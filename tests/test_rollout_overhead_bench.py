@@ -20,6 +20,20 @@ def bench():
     del sys.modules["rollout_overhead_bench"]
 
 
+def _bench_worker(bench, *, prompts: int, max_new_tokens: int, seed: int):
+    """The benchmark's worker on arith, 4 samples a prompt: (worker, examples, sampling)."""
+    from echo2_sdk.registry import make_task
+    from echo2_sdk.runtime.models.modeling import ensure_tiny_qwen3
+    from echo2_sdk.runtime.rollout.backends.base import SamplingParams
+    from echo2_sdk.runtime.rollout.base import WorkerSettings
+
+    examples = list(make_task("arith", {}, seed=0).examples("train"))[:prompts]
+    sampling = SamplingParams(temperature=1.0, top_p=1.0, max_new_tokens=max_new_tokens, seed=seed)
+    settings = WorkerSettings(model_path=ensure_tiny_qwen3(), task_name="arith", task_options={},
+                              sampling=sampling, samples_per_prompt=4, seed=0, threads=1)
+    return bench.make_bench_worker_class()("bench-test", settings), examples, sampling
+
+
 def test_the_bootstrap_interval_brackets_the_median_and_narrows_with_more_data(bench):
     few = [1.0, 1.2, 0.8, 1.1, 0.9]
     lo, hi = bench.bootstrap_ci(few)
@@ -35,17 +49,8 @@ def test_the_bare_engine_stream_produces_the_workers_tokens(bench):
     import dataclasses
 
     from echo2_sdk.records import group_from_wire
-    from echo2_sdk.registry import make_task
-    from echo2_sdk.runtime.models.modeling import ensure_tiny_qwen3
-    from echo2_sdk.runtime.rollout.backends.base import SamplingParams
-    from echo2_sdk.runtime.rollout.base import WorkerSettings
 
-    task = make_task("arith", {}, seed=0)
-    examples = list(task.examples("train"))[:3]
-    sampling = SamplingParams(temperature=1.0, top_p=1.0, max_new_tokens=8, seed=5)
-    settings = WorkerSettings(model_path=ensure_tiny_qwen3(), task_name="arith", task_options={},
-                              sampling=sampling, samples_per_prompt=4, seed=0, threads=1)
-    worker = bench.make_bench_worker_class()("bench-test", settings)
+    worker, examples, sampling = _bench_worker(bench, prompts=3, max_new_tokens=8, seed=5)
     try:
         prompts = [worker._prompt_ids(ex) for ex in examples]
         engine_tokens, _ = bench.run_engine(worker.backend, prompts, 4, sampling, 2)
@@ -59,5 +64,26 @@ def test_the_bare_engine_stream_produces_the_workers_tokens(bench):
         assert sampled == bare  # rewound, the worker's first call uses the engine's first seed
         reseeded = dataclasses.replace(sampling, seed=6)
         assert [list(c.token_ids) for outs in worker.backend.generate(prompts, 4, reseeded) for c in outs] != bare
+    finally:
+        worker.close()
+
+
+def test_the_child_rewards_variant_scores_the_same_rewards_without_the_quick_path(bench):
+    """``actor_child_rewards`` is equal work: the same tokens, the same rewards, every one from the child."""
+    from echo2_sdk.records import group_from_wire
+
+    worker, examples, _ = _bench_worker(bench, prompts=4, max_new_tokens=6, seed=3)
+
+    def scored() -> list[tuple[list[int], float]]:
+        worker.rewind()
+        result = worker.generate(examples)
+        return [(list(r.completion_ids), r.reward) for g in result.groups for r in group_from_wire(g).rollouts]
+
+    try:
+        quick = scored()
+        assert worker.guard.stats()["in_process"] == 16
+        worker.use_quick_reward(False)
+        assert scored() == quick
+        assert worker.guard.stats()["in_process"] == 16  # the second call's 16 went to the child
     finally:
         worker.close()

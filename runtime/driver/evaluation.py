@@ -160,7 +160,7 @@ class HeldOutEvaluation:
             try:
                 self.guard = RewardGuard(self.cfg.task.name, dict(self.cfg.task.options), t.seed,
                                          timeout_s=self.cfg.rollout.reward_timeout_s,
-                                         max_chars=eval_answer_char_limit(self.cfg))
+                                         max_chars=eval_answer_char_limit(self.cfg), local=self.adapter)
             except RewardWorkerError as exc:  # e.g. a script without `if __name__ == "__main__":` (spawn)
                 self.unguarded = True
                 self.failures.log(f"held-out evaluation: the reward process did not start, so rewards are scored "

@@ -329,7 +329,7 @@ def reward_audit(cfg: Echo2Config, adapter, tokenizer, specs: Sequence[WorkerSpe
     return RewardAudit(
         adapter, tokenizer,
         lambda: RewardGuard(cfg.task.name, dict(cfg.task.options), cfg.train.seed, timeout_s=r.reward_timeout_s,
-                            max_chars=r.effective_max_answer_chars),
+                            max_chars=r.effective_max_answer_chars, local=adapter),
         fraction=r.reward_audit_fraction, audited=audited_workers(specs, r.reward_audit_ray_workers),
         evict_after=r.reward_audit_evict_after, seed=cfg.train.seed, log=log)
 

@@ -48,7 +48,7 @@ class RolloutWorker(BroadcastReceiverMixin):
         task_options = dict(settings.task_options)
         self.adapter = make_task(settings.task_name, task_options, seed=settings.seed)
         self.guard = RewardGuard(settings.task_name, task_options, settings.seed, timeout_s=settings.reward_timeout_s,
-                                 max_chars=settings.max_answer_chars)
+                                 max_chars=settings.max_answer_chars, local=self.adapter)
         self.backend, self.tokenizer = _make_backend(settings.backend, model_path, settings.dtype, settings.device,
                                                      seed=settings.seed, vllm_options=settings.vllm_options)
         self.version = 0
