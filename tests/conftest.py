@@ -21,9 +21,10 @@ _NOT_BUILT = {".git", "runs", "build", "dist", "tests", "benchmarks", ".whl", ".
 # order, so the files that take longest go first (longest-processing-time-first) and the many short ones fill in
 # behind them on whichever process frees up. xdist's own reorder (by number of tests) would hand out the few-test
 # end-to-end files last and leave one process running a 4-minute file alone at the end. Seconds per file: their
-# tests' sum in one run of the suite on the 2-core machine (--durations=0; 1,536 s for all); the others take < 40 s.
+# tests' sum in one run of the suite on the 2-core machine (--durations=0; 1,536 s for all; the template's from its
+# 150-step version, two runs side by side); the others take < 40 s.
 LONGEST_FILES_S = {
-    "test_template_learns.py": 239, "test_chaos.py": 223, "test_trainer_e2e.py": 199, "test_vllm_backend.py": 147,
+    "test_template_learns.py": 330, "test_chaos.py": 223, "test_trainer_e2e.py": 199, "test_vllm_backend.py": 147,
     "test_run_safety.py": 120, "test_benchmarks_learner.py": 52, "test_exact_resume.py": 48,
     "test_broadcast_delta.py": 48, "test_learner_sharded.py": 46, "test_multinode.py": 45,
     "test_new_task_builtin.py": 43,
