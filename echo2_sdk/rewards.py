@@ -13,6 +13,7 @@ a guard at import time needs the usual ``if __name__ == "__main__":`` guard.
 
 from __future__ import annotations
 
+import functools
 import math
 import multiprocessing
 import numbers
@@ -79,6 +80,7 @@ def score_directly(
     return RewardResult(reward, "ok", "")
 
 
+@functools.lru_cache(maxsize=None)  # asked per scored item; the answer depends on the class alone
 def _quick_path(cls: type) -> Any:
     """``cls.quick_reward`` when it was written with ``cls.reward``: defined by the class that defines
     ``reward`` or by a subclass of it. A subclass that overrides ``reward`` only (a generated task over a
