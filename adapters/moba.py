@@ -49,7 +49,8 @@ class MobaAdapter(EpisodicTaskAdapter):
     class Options:
         opponent: str = "rule:pusher, rule:farmer"
         """The foe heroes: a spec (``rule:farmer|pusher|grinder|random``, ``llm:PATH``, ``llm:self``: the policy
-        being trained, greedy — self-play) for every foe, ``A+B`` for
+        being trained, greedy — self-play, ``llm:league``: one of the run's earlier snapshots,
+        drawn per worker request — a self-play league, ``rollout.league_size`` / ``league_every_versions``) for every foe, ``A+B`` for
         one per foe, or a weighted pool of such line-ups, ``"2 rule:pusher, rule:farmer"``: each game draws
         one (recorded in the records' meta, and in Ω.group when pooled). Default: both rule styles."""
         team_size: int = 1

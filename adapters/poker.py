@@ -61,7 +61,8 @@ class PokerAdapter(EpisodicTaskAdapter):
     class Options:
         opponent: str = "rule:calling, rule:tag, rule:lag"
         """Who sits in the other seats: a spec (``rule:calling|tag|lag|random``, ``llm:PATH``, ``llm:self``: the
-        policy being trained, greedy — self-play) for every seat, ``A+B`` for one per seat, or a weighted pool of such line-ups, ``"2 rule:tag, rule:lag,
+        policy being trained, greedy — self-play, ``llm:league``: one of the run's earlier snapshots,
+        drawn per worker request — a self-play league, ``rollout.league_size`` / ``league_every_versions``) for every seat, ``A+B`` for one per seat, or a weighted pool of such line-ups, ``"2 rule:tag, rule:lag,
         llm:PATH"``: each deal draws one (recorded in the records' meta, and in Ω.group when pooled).
         Default: the three rule styles in equal shares — trained against the calling station alone, the
         tiny model learnt to call everything and lost 7-13 big blinds a hand to the aggressive styles."""

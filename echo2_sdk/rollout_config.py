@@ -149,6 +149,12 @@ class RolloutConfig:
     """Engine options when ``backend`` is ``vllm``."""
     reward_timeout_s: float = 5.0
     """Deadline of one reward computation; a hang or crash scores 0 and is counted."""
+    league_size: int = 4
+    """Members of the self-play league a worker keeps when the task seats ``llm:league`` (earlier snapshots,
+    one copy of the weights each in the worker's host memory); the oldest leaves when one more arrives."""
+    league_every_versions: int = 25
+    """Policy versions (learner steps) between two league members, counted from the warm start (version 0):
+    at the default 25, a 100-step run's league grows to versions 0, 25, 50, 75."""
     max_answer_chars: int | None = None
     """Completions longer than this many characters score 0 (``oversize``) without calling the reward;
     null (the default): ``max_new_tokens`` × 16, room for any realistic completion of that many tokens
@@ -224,6 +230,9 @@ class RolloutConfig:
         if not (self.worker_start_timeout_s > 0 and math.isfinite(self.worker_start_timeout_s)):
             raise ConfigError(f"rollout.worker_start_timeout_s={self.worker_start_timeout_s} must be a finite number > 0 "
                               "seconds, e.g. 600")
+        if self.league_size < 1 or self.league_every_versions < 1:
+            raise ConfigError(f"rollout.league_size={self.league_size} and rollout.league_every_versions="
+                              f"{self.league_every_versions} must be >= 1, e.g. 4 and 25")
         if self.logprob_check_min_tokens < 1:
             raise ConfigError(f"rollout.logprob_check_min_tokens={self.logprob_check_min_tokens} must be >= 1, e.g. 64")
 

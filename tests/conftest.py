@@ -27,7 +27,7 @@ LONGEST_FILES_S = {
     "test_template_learns.py": 330, "test_chaos.py": 223, "test_trainer_e2e.py": 199, "test_vllm_backend.py": 147,
     "test_run_safety.py": 120, "test_benchmarks_learner.py": 52, "test_exact_resume.py": 48,
     "test_broadcast_delta.py": 48, "test_learner_sharded.py": 46, "test_multinode.py": 45,
-    "test_new_task_builtin.py": 43,
+    "test_new_task_builtin.py": 43, "test_league.py": 37,
 }
 
 

@@ -257,6 +257,7 @@ def worker_settings(cfg: Echo2Config, model_path: str) -> WorkerSettings:
         threads=r.threads_per_worker, reward_timeout_s=r.reward_timeout_s,
         max_answer_chars=r.effective_max_answer_chars,  # the limit the reward audit and evaluation apply too
         backend=r.backend, device="cuda" if r.gpus_per_worker > 0 else "cpu", vllm_options=r.vllm,
+        league_size=r.league_size, league_every_versions=r.league_every_versions,
     )
 
 

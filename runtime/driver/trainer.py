@@ -34,6 +34,7 @@ from echo2_sdk.runtime.driver.evaluation import format_eval
 from echo2_sdk.runtime.broadcast.delivery import DeliveryTracker, delivery_summary
 from echo2_sdk.runtime.driver.opponents import OpponentSampler
 from echo2_sdk.runtime.driver.metrics import RunStats, group_signals, progress_line, summarize
+from echo2_sdk.runtime.rollout.league import seat_warm_start
 from echo2_sdk.runtime.rollout.pool import RolloutPool
 from echo2_sdk.runtime.rollout.install_wait import wait_installed
 from echo2_sdk.runtime.rollout.supervisor import WorkerSupervisor, WorkersExhausted
@@ -81,6 +82,7 @@ class Trainer:
 
         torch.set_num_threads(cfg.runtime.learner_threads)
         self.base_path = setup.prepare_base_model(cfg, self.adapter, self.run, log)
+        seat_warm_start(self.adapter, str(self.base_path), cfg.rollout.max_new_tokens)  # llm:league in evaluation
         self.owns_ray = setup.init_ray(cfg, ray_address)  # before the learner: its ranks may be Ray actors
         self.stop.install()  # again: ray.init replaced the SIGTERM handler
         self.learner, self.tokenizer = setup.build_learner(cfg, self.base_path, log)

@@ -44,6 +44,10 @@ class WorkerSettings:
     """Engine options when ``backend`` is "vllm" (None: the defaults)."""
     max_tokens_per_s: float | None = None
     """Simulated throughput cap of this worker in generated tokens per second (None: no cap)."""
+    league_size: int = 4
+    """Snapshots kept for ``llm:league`` seats (``rollout.league_size``)."""
+    league_every_versions: int = 25
+    """Versions between two league members (``rollout.league_every_versions``)."""
 
 
 @dataclass(frozen=True)

@@ -174,6 +174,8 @@ _SETTINGS_CHECKS = {
     "device": (_text, "a string"),
     "vllm_options": (lambda v: v is None or isinstance(v, dict), "a mapping or null"),
     "max_tokens_per_s": (lambda v: v is None or _positive(v), "a finite number > 0 or null"),
+    "league_size": (_count, "an integer ≥ 1"),
+    "league_every_versions": (_count, "an integer ≥ 1"),
 }
 
 

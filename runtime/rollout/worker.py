@@ -51,6 +51,7 @@ class RolloutWorker(BroadcastReceiverMixin):
                                  max_chars=settings.max_answer_chars, local=self.adapter)
         self.backend, self.tokenizer = _make_backend(settings.backend, model_path, settings.dtype, settings.device,
                                                      seed=settings.seed, vllm_options=settings.vllm_options)
+        self.league = _make_league(self.adapter, settings, model_path)
         self.version = 0
         self._lock = threading.Lock()
         self._pending: tuple[dict, int] | None = None
@@ -77,6 +78,8 @@ class RolloutWorker(BroadcastReceiverMixin):
         if pending is not None and pending[1] > self.version:
             self.backend.load_weights(pending[0], pending[1])
             self.version = pending[1]
+            if self.league is not None:
+                self.league.offer(pending[1], pending[0])
             self._installed[self.version] = time.time()
 
     # ---- data plane --------------------------------------------------------------------------
@@ -179,8 +182,12 @@ class RolloutWorker(BroadcastReceiverMixin):
             seed = None if self.sampling.seed is None else self.sampling.seed + self._calls
             self._calls += 1
             params = dataclasses.replace(self.sampling, seed=seed)
+            if self.league is not None:
+                self.league.draw(seed)  # one member for the whole request: a deal's n episodes meet the same one
             batch = run_episodes(self.adapter, self.backend, self.tokenizer, examples, self.n, params,
                                  version=version, worker=self.name, node=self.node_id)
+            if self.league is not None:
+                batch.groups = [self.league.tag(group) for group in batch.groups]
             t_gen = time.perf_counter() - t0
             t_throttle = self._throttle(batch.num_tokens, t_gen)
             installed, self._installed = self._installed, {}
@@ -233,6 +240,22 @@ def current_node_id() -> str:
     import socket
 
     return socket.gethostname()
+
+
+def _make_league(adapter, settings: WorkerSettings, model_path: str):
+    """The worker's league of earlier snapshots when its task seats ``llm:league`` (else None), installed
+    in the adapter's seat factory; its second model is an HF one on the worker's device, whatever the
+    rollout backend (it plays batch-1 opponent decisions)."""
+    from echo2_sdk.runtime.rollout.league import SnapshotLeague, seats_league
+    from echo2_sdk.runtime.rollout.mirror import SeatPolicies
+
+    if not seats_league(adapter):
+        return None
+    league = SnapshotLeague(lambda: _make_backend("hf", model_path, settings.dtype, settings.device, seed=settings.seed),
+                            size=settings.league_size, every_versions=settings.league_every_versions,
+                            max_new_tokens=settings.sampling.max_new_tokens)
+    adapter.llm_policy_factory = SeatPolicies(league=league)  # run_episodes binds the mirror beside it
+    return league
 
 
 def _make_backend(kind: str, model_path: str, dtype: str, device: str, *, seed: int = 0,
