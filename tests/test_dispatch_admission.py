@@ -42,6 +42,25 @@ def test_a_slow_worker_is_held_while_the_pool_would_pass_it_by_and_its_idle_time
     assert off.allows("w", in_flight={"w": 1000}, now=0.0, **kw)
 
 
+def test_uneven_request_times_lean_toward_holding_back():
+    # "w" took 1 s, then 3 s: mean 1.4 s (EMA, alpha 0.2), mean deviation 2.0 s. With 2 deviations it is
+    # expected back in 5.4 s and, seen by another worker, as fast as half its mean (0.7 s a request).
+    kw = dict(request_groups=4, version=9, learner_version=10, buffered_groups=0)
+    decisions = {}
+    for margin in (0.0, 2.0):
+        c = DispatchControl(staleness=3, groups_per_step=8, margin_devs=margin)
+        for seconds in (1.0, 3.0):
+            c.on_reply("w", seconds)
+            c.on_reply("steady", 1.0)
+        assert round(c.request_s["w"], 6) == 1.4 and c.request_dev_s == {"w": 2.0, "steady": 0.0}
+        # "steady" finishes 1.4 (5.4) requests of 4 groups while w's request is out: 5.6 (21.6) groups ahead,
+        # trained at v_t 11 (13); w holds v 9, so its groups are admissible up to 12.
+        decisions[margin] = c.allows("w", in_flight={"w": 0, "steady": 1}, now=0.0, **kw)
+        if margin:
+            assert round(c._request_s("w", slow=True), 6) == 5.4 and round(c._request_s("w", slow=False), 6) == 0.7
+    assert decisions == {0.0: True, 2.0: False}
+
+
 def simulate(admission: bool, seed: int, steps: int = 200, dt: float = 0.05) -> dict:
     """An async run in ticks of ``dt`` seconds: workers of different speeds with up to 2 requests queued
     each, a learner taking P = 8 groups oldest first for a 1 s step whenever it has them, a snapshot every

@@ -10,7 +10,8 @@ request, in flight or sent later). With p such groups it is trained at version v
 ahead cost the learner one step, whether it trains or waits for them), so it is sent only if that is
 ≤ v + S. Before a worker's first reply is measured, p counts every group buffered or in flight. Later
 steps advance v_t and consume P groups each, so a request that passed keeps passing unless the
-estimates were wrong.
+estimates were wrong. They go wrong when request times swing (a second job on the learner's cores), so
+the estimates lean toward holding back by ``margin_devs`` mean deviations of each worker's request time.
 
 Both parts are pure functions below; :class:`DispatchControl` feeds them the measured rates and counts
 what it held back. A held request is not lost: the worker idles until the learner catches up (a step
@@ -71,9 +72,16 @@ class DispatchControl:
     groups_per_step: int
     enabled: bool = True
     ema_alpha: float = 0.2
+    margin_devs: float = 2.0
+    """How far the estimates lean toward holding back, in mean deviations of each worker's request time
+    (as TCP's retransmission timer adds 4 deviations to the mean round trip): the worker asking is
+    expected back that much later, every other worker that much faster (at most twice its mean rate),
+    so that a busy machine's slow and uneven requests do not arrive too stale. 0: the means alone."""
     request_s: dict[str, float] = field(default_factory=dict)
     """EMA per worker of the seconds a request occupies it (generate + throttle: scoring a reply overlaps
     generating the next), from its replies."""
+    request_dev_s: dict[str, float] = field(default_factory=dict)
+    """EMA per worker of |request seconds − their EMA| (the mean deviation)."""
     pauses: int = 0
     """Times a worker went idle because a request was held back."""
     paused_s: dict[str, float] = field(default_factory=dict)
@@ -85,7 +93,19 @@ class DispatchControl:
 
     def on_reply(self, worker: str, seconds: float) -> None:
         """A reply of ``worker`` whose request occupied it ``seconds``."""
-        self.request_s[worker] = _ema(self.request_s.get(worker), seconds, self.ema_alpha)
+        mean = self.request_s.get(worker)
+        if mean is not None:
+            self.request_dev_s[worker] = _ema(self.request_dev_s.get(worker), abs(seconds - mean), self.ema_alpha)
+        self.request_s[worker] = _ema(mean, seconds, self.ema_alpha)
+
+    def _request_s(self, worker: str, *, slow: bool) -> float | None:
+        """``worker``'s seconds per request leaning toward holding back: slower for the worker asking, faster
+        (never under half the mean) for the others; None while unmeasured."""
+        mean = self.request_s.get(worker)
+        if mean is None:
+            return None
+        margin = self.margin_devs * self.request_dev_s.get(worker, 0.0)
+        return mean + margin if slow else max(mean - margin, mean / 2)
 
     def allows(self, worker: str, *, request_groups: int, version: int, learner_version: int,
                buffered_groups: int, in_flight: Mapping[str, int], now: float) -> bool:
@@ -95,9 +115,9 @@ class DispatchControl:
         if not self.enabled:
             return True
         mine = in_flight.get(worker, 0)
-        per_request = self.request_s.get(worker)
+        per_request = self._request_s(worker, slow=True)
         # An idle worker held back by these rules stays held while the queue is this long: it adds nothing.
-        others = [(n, self.request_s.get(w)) for w, n in in_flight.items()
+        others = [(n, self._request_s(w, slow=False)) for w, n in in_flight.items()
                   if w != worker and (n or w not in self._paused_since)]
         ahead = groups_ahead(buffered_groups, mine, others, None if per_request is None else (mine + 1) * per_request,
                              request_groups)
@@ -124,4 +144,5 @@ class DispatchControl:
             self._resume(worker, now)
         return {"enabled": self.enabled, "pauses": self.pauses, "forced": self.forced,
                 "paused_s": {w: round(s, 3) for w, s in sorted(self.paused_s.items())},
-                "request_s": {w: round(s, 4) for w, s in sorted(self.request_s.items())}}
+                "request_s": {w: round(s, 4) for w, s in sorted(self.request_s.items())},
+                "request_dev_s": {w: round(s, 4) for w, s in sorted(self.request_dev_s.items())}}

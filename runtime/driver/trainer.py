@@ -145,7 +145,8 @@ class Trainer:
         if resume and self.opponents is not None:
             self.opponents.restore(extra.get("opponent_sampler", {}))
         self.dispatch = Dispatcher(self.pool, self.stream, self.buffer, DispatchControl(
-            self.staleness, cfg.train.prompts_per_step, enabled=cfg.runtime.admission_control and not self.sync),
+            self.staleness, cfg.train.prompts_per_step, enabled=cfg.runtime.admission_control and not self.sync,
+            margin_devs=cfg.runtime.admission_margin_devs),
             r.prompts_per_request, holds=self.deliveries.holds, opponents=self.opponents)
         self.ledger = RunLedger(self.gate, self.pool, self.controller)  # the per-worker sample ledger (admission.accounting)
         if resume:  # the checkpoint's buffered groups, checked again (run_state.py says why not regenerated)
