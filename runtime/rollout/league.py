@@ -28,9 +28,7 @@ import torch
 
 from echo2_sdk.episodic import lineup_seats
 from echo2_sdk.records import Rollout, RolloutGroup
-
-LEAGUE_SEAT = "league"
-"""The ``NAME`` of ``llm:NAME`` that seats a member of the run's league of earlier snapshots."""
+from echo2_sdk.runtime.rollout.mirror import LEAGUE_SEAT, MirrorPolicy, SeatPolicies
 
 
 def seats_league(adapter: Any) -> bool:
@@ -100,8 +98,6 @@ class SnapshotLeague:
 
     def _member_player(self) -> Callable[[list[dict[str, str]]], str]:
         if self._player is None:
-            from echo2_sdk.runtime.rollout.mirror import MirrorPolicy
-
             backend, tokenizer = self.make_engine()
             if self._members.get(0, 0) is None:  # keep the base weights: later draws may come back to them
                 self._members[0] = _host_copy(backend.model.state_dict())
@@ -138,6 +134,4 @@ def seat_warm_start(adapter: Any, path: str, max_new_tokens: int) -> None:
     """Give the driver's ``adapter`` (held-out evaluation) the warm start at ``path`` in its ``llm:league``
     seats, if it has any."""
     if seats_league(adapter):
-        from echo2_sdk.runtime.rollout.mirror import SeatPolicies
-
         adapter.llm_policy_factory = SeatPolicies(league=WarmStartSeat(path, max_new_tokens))

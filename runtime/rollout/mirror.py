@@ -17,10 +17,11 @@ from typing import Callable
 from echo2_sdk.chat import chat_token_ids
 from echo2_sdk.env import Policy
 from echo2_sdk.runtime.rollout.backends.base import GenerationBackend, SamplingParams
-from echo2_sdk.runtime.rollout.league import LEAGUE_SEAT
 
 SELF_SEAT = "self"
 """The ``NAME`` of ``llm:NAME`` that seats the worker's own current policy."""
+LEAGUE_SEAT = "league"
+"""The ``NAME`` of ``llm:NAME`` that seats a member of the run's league of earlier snapshots."""
 
 
 class MirrorPolicy:
