@@ -72,11 +72,12 @@ class DispatchControl:
     groups_per_step: int
     enabled: bool = True
     ema_alpha: float = 0.2
-    margin_devs: float = 2.0
+    margin_devs: float = 0.0
     """How far the estimates lean toward holding back, in mean deviations of each worker's request time
     (as TCP's retransmission timer adds 4 deviations to the mean round trip): the worker asking is
     expected back that much later, every other worker that much faster (at most twice its mean rate),
-    so that a busy machine's slow and uneven requests do not arrive too stale. 0: the means alone."""
+    so that a busy machine's slow and uneven requests do not arrive too stale. 0: the means alone
+    (``runtime.admission_margin_devs``)."""
     request_s: dict[str, float] = field(default_factory=dict)
     """EMA per worker of the seconds a request occupies it (generate + throttle: scoring a reply overlaps
     generating the next), from its replies."""
