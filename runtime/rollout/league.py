@@ -99,7 +99,7 @@ class SnapshotLeague:
     def _member_player(self) -> Callable[[list[dict[str, str]]], str]:
         if self._player is None:
             backend, tokenizer = self.make_engine()
-            if self._members.get(0, 0) is None:  # keep the base weights: later draws may come back to them
+            if 0 in self._members and self._members[0] is None:  # keep the base weights: draws may come back to them
                 self._members[0] = _host_copy(backend.model.state_dict())
             self._engine, self._player = backend, MirrorPolicy(backend, tokenizer, self.max_new_tokens)
         if self._loaded != self.drawn:
