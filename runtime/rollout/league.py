@@ -30,10 +30,13 @@ from echo2_sdk.episodic import lineup_seats
 from echo2_sdk.records import Rollout, RolloutGroup
 from echo2_sdk.runtime.rollout.mirror import LEAGUE_SEAT, MirrorPolicy, SeatPolicies
 
+LEAGUE_SPEC = f"llm:{LEAGUE_SEAT}"
+"""The seat spec of a line-up that plays the league."""
+
 
 def seats_league(adapter: Any) -> bool:
     """Whether ``adapter``'s opponent pool (``task.options.opponent``) seats ``llm:league`` anywhere."""
-    return any(seat == f"llm:{LEAGUE_SEAT}"
+    return any(seat == LEAGUE_SPEC
                for lineup, _ in getattr(adapter, "opponents", ()) for seat in lineup_seats(lineup))
 
 
@@ -110,7 +113,7 @@ class SnapshotLeague:
     def tag(self, group: RolloutGroup) -> RolloutGroup:
         """``group`` with ``meta["league_version"]`` on the records whose line-up seats the league."""
         def tagged(record: Rollout) -> Rollout:
-            if f"llm:{LEAGUE_SEAT}" not in lineup_seats(str(record.meta.get("opponent", ""))):
+            if LEAGUE_SPEC not in lineup_seats(str(record.meta.get("opponent", ""))):
                 return record
             return dataclasses.replace(record, meta={**record.meta, "league_version": self.drawn})
 
