@@ -53,6 +53,15 @@ def test_kappa_rules():
     assert load_config(None, ["runtime.mode=sync", "runtime.staleness=0"]).runtime.staleness == 0
 
 
+def test_admission_margins_are_checked():
+    cfg = load_config(None, ["runtime.admission_margin_devs=1", "runtime.admission_margin_max_devs=4"])
+    assert (cfg.runtime.admission_margin_devs, cfg.runtime.admission_margin_max_devs) == (1.0, 4.0)
+    assert load_config(None, []).runtime.admission_margin_max_devs == 3.0  # adaptive by default
+    for bad in ("runtime.admission_margin_max_devs=-1", "runtime.admission_margin_devs=.nan"):
+        with pytest.raises(ConfigError, match=r"runtime\.admission_margin_(max_)?devs=.* must be a finite number >= 0"):
+            load_config(None, [bad])
+
+
 def test_round_trip_through_yaml(tmp_path):
     import yaml
 

@@ -61,6 +61,36 @@ def test_uneven_request_times_lean_toward_holding_back():
     assert decisions == {0.0: True, 2.0: False}
 
 
+def test_stale_drops_raise_the_margin_and_clean_replies_ease_it():
+    # The same worker times as above: at the means alone w may go; after one reply that brought stale drops
+    # the margin is 1 deviation (w expected back in 3.4 s: steady finishes 3.4 requests, 13.6 groups ahead,
+    # trained at v_t 11 ≤ 12: still sent), after a second 2 (held, as the fixed margin of 2 above).
+    kw = dict(request_groups=4, version=9, learner_version=10, buffered_groups=0, in_flight={"w": 0, "steady": 1})
+    c = DispatchControl(staleness=3, groups_per_step=8, margin_max_devs=3.0)
+    for seconds in (1.0, 3.0):
+        c.on_reply("w", seconds)
+        c.on_reply("steady", 1.0)
+    decisions = []
+    for wasted_total in (0, 64, 64, 128):  # the run's stale drops after each reply: none, one, none, one more
+        c.on_admitted(wasted_total)
+        decisions.append((round(c.margin_now_devs, 6), c.allows("w", now=0.0, **kw)))
+    assert decisions == [(0.0, True), (1.0, True), (0.99, True), (1.99, False)]
+    assert c.margin_raises == 2 and c.summary(now=0.0)["margin_devs"] == 1.99
+    for _ in range(250):  # 199 clean replies bring it back to the floor, and it stays there
+        c.on_admitted(128)
+    assert c.margin_now_devs == 0.0 and c.margin_raises == 2
+
+
+def test_margin_stays_fixed_without_room_or_control():
+    fixed = DispatchControl(staleness=3, groups_per_step=8, margin_devs=2.0, margin_max_devs=2.0)
+    off = DispatchControl(staleness=3, groups_per_step=8, enabled=False, margin_max_devs=3.0)
+    resumed = DispatchControl(staleness=3, groups_per_step=8, margin_max_devs=3.0, wasted_seen=500)
+    for c in (fixed, off, resumed):
+        c.on_admitted(500)  # a resumed run's earlier drops are its baseline, not news
+    assert (fixed.margin_now_devs, off.margin_now_devs, resumed.margin_now_devs) == (2.0, 0.0, 0.0)
+    assert fixed.margin_raises == off.margin_raises == resumed.margin_raises == 0
+
+
 def simulate(admission: bool, seed: int, steps: int = 200, dt: float = 0.05) -> dict:
     """An async run in ticks of ``dt`` seconds: workers of different speeds with up to 2 requests queued
     each, a learner taking P = 8 groups oldest first for a 1 s step whenever it has them, a snapshot every

@@ -84,6 +84,9 @@ def test_slow_worker_groups_are_dropped_never_trained_on(tmp_path, ray_cluster):
     assert slow["samples"] > 0 and slow["throttle_s"] > 0
     assert max(int(k) for k in summary["staleness_histogram"]) <= 2
     assert summary["samples_dropped_stale_by_worker"].get("slow", 0) > 0
+    # The slow worker's stale replies raised the admission margin (adapt_margin), and each step logs it.
+    assert summary["samples_dropped_stale_on_arrival"] > 0 and summary["dispatch"]["margin_raises"] >= 1
+    assert all(0.0 <= r["admission_margin_devs"] <= 3.0 for r in rows)
 
 
 def test_sync_mode_is_on_policy(tmp_path, ray_cluster):

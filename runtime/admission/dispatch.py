@@ -11,7 +11,10 @@ ahead cost the learner one step, whether it trains or waits for them), so it is 
 ≤ v + S. Before a worker's first reply is measured, p counts every group buffered or in flight. Later
 steps advance v_t and consume P groups each, so a request that passed keeps passing unless the
 estimates were wrong. They go wrong when request times swing (a second job on the learner's cores), so
-the estimates lean toward holding back by ``margin_devs`` mean deviations of each worker's request time.
+the estimates lean toward holding back by a margin of mean deviations of each worker's request time. The
+margin adapts to what the estimates cost (:func:`adapt_margin`): a reply after which the run had dropped
+more samples as stale raises it, each reply without lowers it a little, so a run whose estimates hold
+keeps the means alone and a run on a busy machine learns to hold back.
 
 Both parts are pure functions below; :class:`DispatchControl` feeds them the measured rates and counts
 what it held back. A held request is not lost: the worker idles until the learner catches up (a step
@@ -59,6 +62,26 @@ def groups_ahead(buffered: int, own_in_flight: int, others: Sequence[tuple[int, 
     return ahead
 
 
+def adapt_margin(margin: float, *, wasted: bool, floor: float, ceiling: float,
+                 raise_by: float = 1.0, ease_by: float = 0.01) -> float:
+    """The admission margin after one reply: ``raise_by`` more if the run dropped samples as stale since the
+    previous reply (``wasted``: the estimates let a request go that arrived too late), else ``ease_by`` less;
+    kept within [floor, ceiling]. Raised fast, eased slowly (as TCP backs off): one drop is evidence the
+    machine got slower, a clean reply is weak evidence it got faster. ``ceiling`` ≤ ``floor``: fixed.
+
+    >>> adapt_margin(0.0, wasted=True, floor=0.0, ceiling=3.0), adapt_margin(2.5, wasted=True, floor=0.0, ceiling=3.0)
+    (1.0, 3.0)
+    >>> adapt_margin(1.0, wasted=False, floor=0.0, ceiling=3.0), adapt_margin(0.0, wasted=False, floor=0.0, ceiling=3.0)
+    (0.99, 0.0)
+    >>> adapt_margin(2.0, wasted=True, floor=2.0, ceiling=0.0)  # no room to adapt: the floor, fixed
+    2.0
+    """
+    if ceiling <= floor:
+        return floor
+    moved = margin + raise_by if wasted else margin - ease_by
+    return min(ceiling, max(floor, moved))
+
+
 def _ema(old: float | None, new: float, alpha: float) -> float:
     return new if old is None else (1 - alpha) * old + alpha * new
 
@@ -73,11 +96,21 @@ class DispatchControl:
     enabled: bool = True
     ema_alpha: float = 0.2
     margin_devs: float = 0.0
-    """How far the estimates lean toward holding back, in mean deviations of each worker's request time
+    """The least the estimates lean toward holding back, in mean deviations of each worker's request time
     (as TCP's retransmission timer adds 4 deviations to the mean round trip): the worker asking is
     expected back that much later, every other worker that much faster (at most twice its mean rate),
     so that a busy machine's slow and uneven requests do not arrive too stale. 0: the means alone
     (``runtime.admission_margin_devs``)."""
+    margin_max_devs: float = 0.0
+    """The most the margin rises to after stale drops (:func:`adapt_margin`); ≤ ``margin_devs``: the margin
+    stays at ``margin_devs`` (``runtime.admission_margin_max_devs``)."""
+    margin_now_devs: float = field(init=False)
+    """The margin in use: ``margin_devs`` at the start, adapted after every reply."""
+    margin_raises: int = 0
+    """Replies after which the margin rose (the run had dropped samples as stale since the previous one)."""
+    wasted_seen: int = 0
+    """The run's samples dropped as stale (on arrival and evicted) at the previous reply; a resumed run sets
+    it to the restored count, so what an earlier run dropped does not raise this one's margin."""
     request_s: dict[str, float] = field(default_factory=dict)
     """EMA per worker of the seconds a request occupies it (generate + throttle: scoring a reply overlaps
     generating the next), from its replies."""
@@ -92,6 +125,20 @@ class DispatchControl:
     (the driver's liveness rule: estimates must never stall the run)."""
     _paused_since: dict[str, float] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        self.margin_now_devs = self.margin_devs
+
+    def on_admitted(self, wasted_total: int) -> None:
+        """A reply went through admission, after which the run has dropped ``wasted_total`` samples as stale
+        in all (on arrival and evicted): adapt the margin."""
+        if not self.enabled:
+            return
+        wasted = wasted_total > self.wasted_seen
+        self.wasted_seen = wasted_total
+        margin = adapt_margin(self.margin_now_devs, wasted=wasted, floor=self.margin_devs, ceiling=self.margin_max_devs)
+        self.margin_raises += margin > self.margin_now_devs
+        self.margin_now_devs = margin
+
     def on_reply(self, worker: str, seconds: float) -> None:
         """A reply of ``worker`` whose request occupied it ``seconds``."""
         mean = self.request_s.get(worker)
@@ -105,7 +152,7 @@ class DispatchControl:
         mean = self.request_s.get(worker)
         if mean is None:
             return None
-        margin = self.margin_devs * self.request_dev_s.get(worker, 0.0)
+        margin = self.margin_now_devs * self.request_dev_s.get(worker, 0.0)
         return mean + margin if slow else max(mean - margin, mean / 2)
 
     def allows(self, worker: str, *, request_groups: int, version: int, learner_version: int,
@@ -144,6 +191,7 @@ class DispatchControl:
         for worker in list(self._paused_since):
             self._resume(worker, now)
         return {"enabled": self.enabled, "pauses": self.pauses, "forced": self.forced,
+                "margin_devs": round(self.margin_now_devs, 3), "margin_raises": self.margin_raises,
                 "paused_s": {w: round(s, 3) for w, s in sorted(self.paused_s.items())},
                 "request_s": {w: round(s, 4) for w, s in sorted(self.request_s.items())},
                 "request_dev_s": {w: round(s, 4) for w, s in sorted(self.request_dev_s.items())}}

@@ -69,6 +69,10 @@ class Dispatcher:
     def on_reply(self, slot: WorkerSlot, request_s: float) -> None:
         self.control.on_reply(slot.name, request_s)
 
+    def row(self) -> dict[str, float]:
+        """The step's metrics.jsonl fields: the admission margin in use (none while admission control is off)."""
+        return {"admission_margin_devs": self.control.margin_now_devs} if self.control.enabled else {}
+
     def on_restart(self, name: str) -> None:
         """``name`` restarts (its fresh actor installs the latest snapshot, so its known version still holds)."""
         self.control.forget(name, time.perf_counter())

@@ -146,11 +146,12 @@ class Trainer:
             self.opponents.restore(extra.get("opponent_sampler", {}))
         self.dispatch = Dispatcher(self.pool, self.stream, self.buffer, DispatchControl(
             self.staleness, cfg.train.prompts_per_step, enabled=cfg.runtime.admission_control and not self.sync,
-            margin_devs=cfg.runtime.admission_margin_devs),
+            margin_devs=cfg.runtime.admission_margin_devs, margin_max_devs=cfg.runtime.admission_margin_max_devs),
             r.prompts_per_request, holds=self.deliveries.holds, opponents=self.opponents)
         self.ledger = RunLedger(self.gate, self.pool, self.controller)  # the per-worker sample ledger (admission.accounting)
         if resume:  # the checkpoint's buffered groups, checked again (run_state.py says why not regenerated)
             self.ledger.restore(extra, self.learner.version, log)
+        self.dispatch.control.wasted_seen = self.gate.counters.dropped_stale  # a resumed run's earlier drops
         self.t_start = time.perf_counter()
         if self.learner.version > 0:  # resumed: workers start from the restored weights
             self._wait_installed(self._publish())
@@ -241,14 +242,12 @@ class Trainer:
         summary["reward_failures"] = self.reward_failures.summary()
         if self.supervisor is not None:
             summary["worker_restarts"] = self.supervisor.summary()
+        ckpt = self.run.checkpoint_dir(self.step) if self.checkpointed_step == self.step else None
+        ended_at = {"step": self.step, "checkpoint": str(ckpt) if ckpt is not None else None}
         if self.failed is not None:
-            ckpt = self.run.checkpoint_dir(self.step) if self.checkpointed_step == self.step else None
-            summary["failed"] = {"error": self.failed, "step": self.step,
-                                 "checkpoint": str(ckpt) if ckpt is not None else None}
+            summary["failed"] = {"error": self.failed, **ended_at}
         if self.stop.requested:
-            ckpt = self.run.checkpoint_dir(self.step) if self.checkpointed_step == self.step else None
-            summary["stopped"] = {"signal": self.stop.name, "step": self.step,
-                                  "checkpoint": str(ckpt) if ckpt is not None else None}
+            summary["stopped"] = {"signal": self.stop.name, **ended_at}
         if cfg.train.plots:
             from echo2_sdk.runtime.driver.plots import write_plots
 
@@ -274,6 +273,7 @@ class Trainer:
             self.dispatch.on_reply(slot, result.t_generate_s + result.t_throttle_s)  # scoring overlaps the next
             admitted = self.gate.admit(slot.name, result, newest_version=self.published,
                                        learner_version=self.learner.version, request=finished.request)
+            self.dispatch.control.on_admitted(self.gate.counters.dropped_stale)
             self.stats.on_result(slot.name, result.installed, admitted.arrived_versions,
                                  time.perf_counter() - self.t_start)
         for name in self.audit.to_evict():
@@ -376,6 +376,7 @@ class Trainer:
         row.update(self.agreement.update([str(r.meta.get("worker", "")) for r in records],
                                          [v_t - r.version for r in records], self.learner.last_agreement))
         row.update(self.ledger.row())
+        row.update(self.dispatch.row())
         if self.opponents is not None:
             row.update(self.opponents.row())
         if self.controller is not None:
