@@ -18,6 +18,7 @@ the JSON reply, in this process), ``actor_engine`` (backend.generate inside the 
 ``actor`` (generate_wire on the actor, two in flight, decoded by the driver as the pool does),
 ``actor_serial`` (the same, but the actor serves one whole request at a time: no scoring beside generation),
 ``actor_child_rewards`` (``actor`` with every reward sent to the guard's child process: no ``quick_reward``),
+``actor_stdlib_json`` (``actor`` with the reply encoded by the stdlib's ``json``, as before orjson),
 ``actor_engine_calls`` (the bare engine in the actor, one Ray call per request, one at a time: what Ray's
 per-call machinery costs the engine, with none of the worker's own work).
 
@@ -72,6 +73,15 @@ def make_bench_worker_class() -> type:
         def use_quick_reward(self, on: bool) -> None:
             """Off: every reward goes through the guard's child process, as before ``quick_reward``."""
             self.guard.local = self.adapter if on else None
+
+        def generate_wire_stdlib(self, examples_wire: list[dict]) -> bytes:
+            """generate_wire with the reply encoded by the stdlib's json (the encoder before orjson)."""
+            from echo2_sdk.runtime.rollout.codec import example_from_dict
+
+            result = self.generate([example_from_dict(e) for e in examples_wire])
+            doc = {f.name: getattr(result, f.name) for f in dataclasses.fields(result)}
+            doc["installed"] = {str(v): t for v, t in result.installed.items()}
+            return json.dumps(doc, separators=(",", ":")).encode()
 
         def generate_wire_serial(self, examples_wire: list[dict]) -> bytes:
             """generate_wire, one request at a time: scoring no longer overlaps the next generation."""
@@ -145,7 +155,8 @@ def main() -> None:
     ray.get(actor.ping.remote())
 
     serial_outside: list[float] = []
-    idle: dict[str, list[float]] = {"generate_wire": [], "generate_wire_serial": [], "child_rewards": []}
+    idle: dict[str, list[float]] = {"generate_wire": [], "generate_wire_serial": [], "child_rewards": [],
+                                    "generate_wire_stdlib": []}
 
     def run_worker() -> tuple[int, float]:
         worker.rewind()
@@ -189,6 +200,7 @@ def main() -> None:
         "actor": lambda: run_actor_stream("generate_wire"),
         "actor_serial": lambda: run_actor_stream("generate_wire_serial"),
         "actor_child_rewards": lambda: run_actor_stream("generate_wire", quick_reward=False),
+        "actor_stdlib_json": lambda: run_actor_stream("generate_wire_stdlib"),
     }
     if args.variants:
         chosen = [v.strip() for v in args.variants.split(",") if v.strip()]
@@ -244,6 +256,7 @@ def main() -> None:
             "actor_engine_idle_share": share(idle["generate_wire"]),
             "actor_serial_engine_idle_share": share(idle["generate_wire_serial"]),
             "actor_child_rewards_engine_idle_share": share(idle["child_rewards"]),
+            "actor_stdlib_json_engine_idle_share": share(idle["generate_wire_stdlib"]),
         },
         "paired_overhead": {  # 1 - t_engine / t_path per round: the throughput the path loses
             "worker_vs_engine": ratio("worker", "engine"),
@@ -251,6 +264,8 @@ def main() -> None:
             "actor_serial_vs_actor_engine": ratio("actor_serial", "actor_engine"),
             "actor_child_rewards_vs_actor_engine": ratio("actor_child_rewards", "actor_engine"),
             "actor_vs_actor_child_rewards": ratio("actor", "actor_child_rewards"),
+            "actor_stdlib_json_vs_actor_engine": ratio("actor_stdlib_json", "actor_engine"),
+            "actor_vs_actor_stdlib_json": ratio("actor", "actor_stdlib_json"),
             "actor_engine_calls_vs_actor_engine": ratio("actor_engine_calls", "actor_engine"),
             "actor_serial_vs_actor_engine_calls": ratio("actor_serial", "actor_engine_calls"),
             "actor_engine_vs_engine": ratio("actor_engine", "engine"),

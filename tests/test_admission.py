@@ -43,6 +43,20 @@ def result(*groups, worker="a", num_tokens=7, reward_status=None):
     return result_from_json(result_to_json(raw))
 
 
+def test_replies_encode_to_the_stdlib_document():
+    # orjson for speed: the stdlib's document, every float back to the same double (orjson spells 1e-9 as
+    # 1e-9, the stdlib as 1e-09); an integer past 64 bits takes the stdlib path itself.
+    def stdlib(raw):
+        doc = {**raw.__dict__, "installed": {str(v): t for v, t in raw.installed.items()}}
+        return json.dumps(doc, separators=(",", ":")).encode()
+
+    for num_tokens in (7, 2**70):
+        raw = GenerationResult("a", [wire("p"), wire("q", reward=0.1 + 0.2, completion=(5, 6, 7))], 0, num_tokens,
+                               0.123456789, 0.0, 1e-9, reward_status={"ok": 5}, installed={3: 17.25, 4: 0.5})
+        assert json.loads(result_to_json(raw)) == json.loads(stdlib(raw))
+        assert result_from_json(result_to_json(raw)) == result_from_json(stdlib(raw))
+
+
 def gate(staleness=2, audit=None):
     return AdmissionGate(staleness=staleness, limits=RecordLimits(vocab_size=VOCAB), audit=audit or Audit())
 
@@ -68,7 +82,8 @@ def test_a_clean_group_is_admitted_and_its_tokens_and_reward_status_counted():
     (wire("p", meta_worker="b"), "wrong_worker", 2),  # its records do
     (wire("p", version=3), "unknown_version", 2),  # newer than anything published
     (wire("p", completion=(3, VOCAB)), "oversize", 2),  # a token id outside the vocabulary
-    (wire("p", reward=float("inf")), "non_finite", 2),
+    (wire("p", reward=float("inf")), "non_finite", 2),  # the encoder writes null: refused all the same
+    (wire("p", reward=float("nan")), "non_finite", 2),
     (wire("liar"), "reward_mismatch", 2),
 ])
 def test_each_refusal_is_counted_under_its_reason(group, reason, samples):

@@ -87,3 +87,23 @@ def test_the_child_rewards_variant_scores_the_same_rewards_without_the_quick_pat
         assert worker.guard.stats()["in_process"] == 16  # the second call's 16 went to the child
     finally:
         worker.close()
+
+
+def test_the_stdlib_json_variant_sends_the_same_reply(bench):
+    """``actor_stdlib_json`` is equal work: the reply the product's encoder writes, decoded alike."""
+    from echo2_sdk.runtime.rollout.codec import example_to_dict, result_from_json
+
+    worker, examples, _ = _bench_worker(bench, prompts=3, max_new_tokens=6, seed=2)
+    wire = [example_to_dict(e) for e in examples]
+
+    def reply(method) -> tuple:
+        worker.rewind()
+        result = result_from_json(method(wire))
+        groups = [{k: v for k, v in g.items() if k != "t_generated"} for g in result.groups]  # a wall-clock stamp
+        return result.version, result.num_tokens, result.reward_status, groups
+
+    try:
+        product, stdlib = reply(worker.generate_wire), reply(worker.generate_wire_stdlib)
+        assert product == stdlib and product[1] > 0 and len(product[3]) == 3
+    finally:
+        worker.close()
