@@ -76,12 +76,10 @@ def make_bench_worker_class() -> type:
 
         def generate_wire_stdlib(self, examples_wire: list[dict]) -> bytes:
             """generate_wire with the reply encoded by the stdlib's json (the encoder before orjson)."""
-            from echo2_sdk.runtime.rollout.codec import example_from_dict
+            from echo2_sdk.runtime.rollout.codec import example_from_dict, result_document
 
             result = self.generate([example_from_dict(e) for e in examples_wire])
-            doc = {f.name: getattr(result, f.name) for f in dataclasses.fields(result)}
-            doc["installed"] = {str(v): t for v, t in result.installed.items()}
-            return json.dumps(doc, separators=(",", ":")).encode()
+            return json.dumps(result_document(result), separators=(",", ":")).encode()
 
         def generate_wire_serial(self, examples_wire: list[dict]) -> bytes:
             """generate_wire, one request at a time: scoring no longer overlaps the next generation."""
