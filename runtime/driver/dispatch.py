@@ -66,8 +66,11 @@ class Dispatcher:
         examples = self.stream.take(count)
         return examples if self.opponents is None else self.opponents.assign(examples)
 
-    def on_reply(self, slot: WorkerSlot, request_s: float) -> None:
+    def on_reply(self, slot: WorkerSlot, request_s: float, *, wasted_total: int) -> None:
+        """``slot``'s reply occupied it ``request_s`` and went through admission, after which the run has
+        dropped ``wasted_total`` samples as stale in all: the rates and the margin learn from it."""
         self.control.on_reply(slot.name, request_s)
+        self.control.on_admitted(wasted_total)
 
     def row(self) -> dict[str, float]:
         """The step's metrics.jsonl fields: the admission margin in use (none while admission control is off)."""

@@ -144,14 +144,14 @@ class Trainer:
         self.buffer = self.gate.buffer  # what the gate admitted, drawn from by the learner
         if resume and self.opponents is not None:
             self.opponents.restore(extra.get("opponent_sampler", {}))
-        self.dispatch = Dispatcher(self.pool, self.stream, self.buffer, DispatchControl(
-            self.staleness, cfg.train.prompts_per_step, enabled=cfg.runtime.admission_control and not self.sync,
-            margin_devs=cfg.runtime.admission_margin_devs, margin_max_devs=cfg.runtime.admission_margin_max_devs),
-            r.prompts_per_request, holds=self.deliveries.holds, opponents=self.opponents)
         self.ledger = RunLedger(self.gate, self.pool, self.controller)  # the per-worker sample ledger (admission.accounting)
         if resume:  # the checkpoint's buffered groups, checked again (run_state.py says why not regenerated)
             self.ledger.restore(extra, self.learner.version, log)
-        self.dispatch.control.wasted_seen = self.gate.counters.dropped_stale  # a resumed run's earlier drops
+        self.dispatch = Dispatcher(self.pool, self.stream, self.buffer, DispatchControl(
+            self.staleness, cfg.train.prompts_per_step, enabled=cfg.runtime.admission_control and not self.sync,
+            margin_devs=cfg.runtime.admission_margin_devs, margin_max_devs=cfg.runtime.admission_margin_max_devs,
+            wasted_seen=self.gate.counters.dropped_stale),  # a resumed run's earlier drops are not news
+            r.prompts_per_request, holds=self.deliveries.holds, opponents=self.opponents)
         self.t_start = time.perf_counter()
         if self.learner.version > 0:  # resumed: workers start from the restored weights
             self._wait_installed(self._publish())
@@ -270,10 +270,10 @@ class Trainer:
             self.reward_failures.note(f"worker {slot.name}", result.reward_status, result.reward_detail, self.step)
             if self.controller is not None:  # μ_i = rollouts per generating second (throttle included)
                 self.controller.on_result(slot.name, result.num_rollouts, result.t_generate_s + result.t_throttle_s)
-            self.dispatch.on_reply(slot, result.t_generate_s + result.t_throttle_s)  # scoring overlaps the next
             admitted = self.gate.admit(slot.name, result, newest_version=self.published,
                                        learner_version=self.learner.version, request=finished.request)
-            self.dispatch.control.on_admitted(self.gate.counters.dropped_stale)
+            self.dispatch.on_reply(slot, result.t_generate_s + result.t_throttle_s,  # scoring overlaps the next
+                                   wasted_total=self.gate.counters.dropped_stale)
             self.stats.on_result(slot.name, result.installed, admitted.arrived_versions,
                                  time.perf_counter() - self.t_start)
         for name in self.audit.to_evict():
