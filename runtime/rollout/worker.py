@@ -27,6 +27,10 @@ from echo2_sdk.runtime.rollout.base import GenerationResult, WorkerSettings
 
 
 class RolloutWorker(BroadcastReceiverMixin):
+    hand_over_gil: bool = True
+    """Yield the GIL as soon as the generation lock is released (``_hand_over``). The benchmark turns it off
+    to measure what it saves (``benchmarks/rollout_overhead.py``, variant ``actor_no_handover``)."""
+
     def __init__(self, name: str, settings: WorkerSettings, *, model_files: Any = None) -> None:
         """``model_files``: the base model folder packed by ``models.files.pack``, for a Ray node that
         lacks ``settings.model_path`` (it never travels to a worker outside Ray)."""
@@ -104,6 +108,7 @@ class RolloutWorker(BroadcastReceiverMixin):
             # The cap models a slower generator, so it holds the generation stage (not scoring).
             t_throttle = self._throttle(num_tokens, time.perf_counter() - t0)
             installed, self._installed = self._installed, {}
+        self._hand_over()
 
         t1 = time.perf_counter()
         owners = [ex for ex, outs in zip(examples, outputs) for _ in outs]
@@ -191,11 +196,18 @@ class RolloutWorker(BroadcastReceiverMixin):
             t_gen = time.perf_counter() - t0
             t_throttle = self._throttle(batch.num_tokens, t_gen)
             installed, self._installed = self._installed, {}
+        self._hand_over()
         return GenerationResult(
             worker=self.name, groups=[group_to_wire(g) for g in batch.groups], version=version,
             num_tokens=batch.num_tokens, t_generate_s=t_gen, t_reward_s=0.0, t_throttle_s=t_throttle,
             reward_status=batch.reward_status, installed=installed, node=self.node_id,
         )
+
+    def _hand_over(self) -> None:
+        # A request queued on the generation lock wakes holding no GIL; this thread, about to score and encode,
+        # would keep it for up to Python's switch interval (5 ms) while the engine sat idle. sleep(0) yields it.
+        if self.hand_over_gil:
+            time.sleep(0)
 
     def _prompt_ids(self, example: Example) -> list[int]:
         # Rendering the chat template is slow next to a tiny model's generation; prompts repeat.
