@@ -19,11 +19,14 @@ the JSON reply, in this process), ``actor_engine`` (backend.generate inside the 
 ``actor_serial`` (the same, but the actor serves one whole request at a time: no scoring beside generation),
 ``actor_child_rewards`` (``actor`` with every reward sent to the guard's child process: no ``quick_reward``),
 ``actor_stdlib_json`` (``actor`` with the reply encoded by the stdlib's ``json``, as before orjson),
+``actor_no_handover`` (``actor`` without yielding the GIL when the generation lock is released, as before),
 ``actor_engine_calls`` (the bare engine in the actor, one Ray call per request, one at a time: what Ray's
-per-call machinery costs the engine, with none of the worker's own work).
+per-call machinery costs the engine, with none of the worker's own work), ``actor_engine_pipelined`` (the same
+calls two in flight, as the pool sends them: ``actor`` against it is the worker's own work alone).
 
     python benchmarks/rollout_overhead.py [--rounds 20] [--requests 4] [--prompts 16] [--n 8]
                                           [--max-new-tokens 16] [--variants actor_engine,actor] [--quick]
+    python benchmarks/rollout_overhead.py --pool run1.json run2.json   # one interval over saved runs
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ import random
 import statistics
 import threading
 import time
+from pathlib import Path
 from typing import Any, Sequence
 
 import torch
@@ -57,6 +61,20 @@ def summarize(values: Sequence[float]) -> dict[str, Any]:
             "min": round(min(values), 4), "max": round(max(values), 4), "n": len(values)}
 
 
+def pooled_overhead(reports: Sequence[dict], path_name: str, engine_name: str) -> dict[str, Any] | None:
+    """``1 - t_engine / t_path`` over the rounds of several runs' JSON reports (their ``seconds_per_round``), one
+    interval for all: each run is a different draw of the machine's state, which one run's interval does not cover.
+
+    >>> pooled_overhead([{"seconds_per_round": {"e": [1.0, 1.0], "p": [1.0, 2.0]}},
+    ...                  {"seconds_per_round": {"e": [2.0], "p": [4.0]}}], "p", "e")["median"]
+    0.5
+    """
+    values = [1 - a / b for report in reports
+              for a, b in zip(report["seconds_per_round"].get(engine_name, []),
+                              report["seconds_per_round"].get(path_name, []))]
+    return summarize(values) if values else None
+
+
 def make_bench_worker_class() -> type:
     from echo2_sdk.runtime.rollout.worker import RolloutWorker
 
@@ -74,6 +92,10 @@ def make_bench_worker_class() -> type:
             """Off: every reward goes through the guard's child process, as before ``quick_reward``."""
             self.guard.local = self.adapter if on else None
 
+        def set_hand_over(self, on: bool) -> None:
+            """Off: the GIL is not yielded when the generation lock is released (the worker before it was)."""
+            self.hand_over_gil = on
+
         def generate_wire_stdlib(self, examples_wire: list[dict]) -> bytes:
             """generate_wire with the reply encoded by the stdlib's json (the encoder before orjson)."""
             from echo2_sdk.runtime.rollout.codec import example_from_dict, result_document
@@ -87,8 +109,10 @@ def make_bench_worker_class() -> type:
                 return self.generate_wire(examples_wire)
 
         def engine_call(self, examples_wire: list[dict], request: int) -> int:
-            """One request's bare generation, with the seed the worker's call number ``request`` uses; tokens."""
-            return self.engine_stream(examples_wire, 1, first=request)[0]
+            """One request's bare generation, with the seed the worker's call number ``request`` uses; tokens.
+            Under the worker's generation lock, as ``generate`` is: two calls in flight take turns."""
+            with self._generate_lock:
+                return self.engine_stream(examples_wire, 1, first=request)[0]
 
         def engine_stream(self, examples_wire: list[dict], requests: int, first: int = 0) -> tuple[int, float]:
             from echo2_sdk.runtime.rollout.codec import example_from_dict
@@ -121,7 +145,20 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="a smoke run: 2 rounds, 2 requests, 4 prompts")
     ap.add_argument("--variants", default="", help="comma-separated variants to run (default: all); fewer "
                     "variants give more rounds in the same time, e.g. actor_engine,actor")
+    ap.add_argument("--pool", nargs="+", metavar="REPORT", help="no run: pool the rounds of earlier runs' JSON "
+                    "reports (saved stdout) into one interval per comparison, e.g. --pool run1.json run2.json")
     args = ap.parse_args()
+    if args.pool:
+        reports = [json.loads(Path(p).read_text()) for p in args.pool]
+        missing = [p for p, r in zip(args.pool, reports) if "seconds_per_round" not in r]
+        if missing:
+            ap.error(f"--pool: {missing} carry no seconds_per_round (written by this script since it pools); rerun them")
+        pairs = [("actor", "actor_engine"), ("actor", "actor_engine_pipelined"),
+                 ("actor_engine_pipelined", "actor_engine"), ("actor", "actor_no_handover")]
+        print(json.dumps({"reports": args.pool, "pooled_overhead": {
+            f"{a}_vs_{b}": pooled_overhead(reports, a, b) for a, b in pairs if pooled_overhead(reports, a, b)}},
+            indent=2))
+        return
     if args.quick:
         args.rounds, args.requests, args.prompts = 2, 2, 4
     torch.set_num_threads(args.threads)
@@ -154,7 +191,7 @@ def main() -> None:
 
     serial_outside: list[float] = []
     idle: dict[str, list[float]] = {"generate_wire": [], "generate_wire_serial": [], "child_rewards": [],
-                                    "generate_wire_stdlib": []}
+                                    "generate_wire_stdlib": [], "no_handover": []}
 
     def run_worker() -> tuple[int, float]:
         worker.rewind()
@@ -175,8 +212,18 @@ def main() -> None:
         tokens = sum(ray.get(actor.engine_call.remote(wire_examples, r)) for r in range(args.requests))
         return tokens, time.perf_counter() - t0
 
-    def run_actor_stream(method: str, quick_reward: bool = True) -> tuple[int, float]:
-        ray.get([actor.rewind.remote(), actor.use_quick_reward.remote(quick_reward)])
+    def run_actor_engine_pipelined() -> tuple[int, float]:
+        t0, tokens, inflight, submitted = time.perf_counter(), 0, [], 0
+        while submitted < args.requests or inflight:
+            while len(inflight) < 2 and submitted < args.requests:
+                inflight.append(actor.engine_call.remote(wire_examples, submitted))
+                submitted += 1
+            done, inflight = ray.wait(inflight, num_returns=1)
+            tokens += ray.get(done[0])
+        return tokens, time.perf_counter() - t0
+
+    def run_actor_stream(method: str, quick_reward: bool = True, hand_over: bool = True) -> tuple[int, float]:
+        ray.get([actor.rewind.remote(), actor.use_quick_reward.remote(quick_reward), actor.set_hand_over.remote(hand_over)])
         t0, tokens, inflight, submitted, t_gen = time.perf_counter(), 0, [], 0, 0.0
         while submitted < args.requests or inflight:
             while len(inflight) < 2 and submitted < args.requests:
@@ -187,7 +234,8 @@ def main() -> None:
             tokens += result.num_tokens
             t_gen += result.t_generate_s
         wall = time.perf_counter() - t0
-        idle[method if quick_reward else "child_rewards"].append(1 - t_gen / wall)
+        key = method if quick_reward else "child_rewards"
+        idle[key if hand_over else "no_handover"].append(1 - t_gen / wall)
         return tokens, wall
 
     variants = {
@@ -195,10 +243,12 @@ def main() -> None:
         "worker": run_worker,
         "actor_engine": run_actor_engine,
         "actor_engine_calls": run_actor_engine_calls,
+        "actor_engine_pipelined": run_actor_engine_pipelined,
         "actor": lambda: run_actor_stream("generate_wire"),
         "actor_serial": lambda: run_actor_stream("generate_wire_serial"),
         "actor_child_rewards": lambda: run_actor_stream("generate_wire", quick_reward=False),
         "actor_stdlib_json": lambda: run_actor_stream("generate_wire_stdlib"),
+        "actor_no_handover": lambda: run_actor_stream("generate_wire", hand_over=False),
     }
     if args.variants:
         chosen = [v.strip() for v in args.variants.split(",") if v.strip()]
@@ -255,6 +305,7 @@ def main() -> None:
             "actor_serial_engine_idle_share": share(idle["generate_wire_serial"]),
             "actor_child_rewards_engine_idle_share": share(idle["child_rewards"]),
             "actor_stdlib_json_engine_idle_share": share(idle["generate_wire_stdlib"]),
+            "actor_no_handover_engine_idle_share": share(idle["no_handover"]),
         },
         "paired_overhead": {  # 1 - t_engine / t_path per round: the throughput the path loses
             "worker_vs_engine": ratio("worker", "engine"),
@@ -264,11 +315,16 @@ def main() -> None:
             "actor_vs_actor_child_rewards": ratio("actor", "actor_child_rewards"),
             "actor_stdlib_json_vs_actor_engine": ratio("actor_stdlib_json", "actor_engine"),
             "actor_vs_actor_stdlib_json": ratio("actor", "actor_stdlib_json"),
+            "actor_no_handover_vs_actor_engine": ratio("actor_no_handover", "actor_engine"),
+            "actor_vs_actor_no_handover": ratio("actor", "actor_no_handover"),
             "actor_engine_calls_vs_actor_engine": ratio("actor_engine_calls", "actor_engine"),
             "actor_serial_vs_actor_engine_calls": ratio("actor_serial", "actor_engine_calls"),
+            "actor_engine_pipelined_vs_actor_engine": ratio("actor_engine_pipelined", "actor_engine"),
+            "actor_vs_actor_engine_pipelined": ratio("actor", "actor_engine_pipelined"),
             "actor_engine_vs_engine": ratio("actor_engine", "engine"),
             "actor_vs_engine": ratio("actor", "engine"),
         },
+        "seconds_per_round": {k: [round(x, 5) for x in v] for k, v in seconds.items()},  # to pool runs: 1 - a/b
         "learner_step_s_median": round(statistics.median(step_times[1:]), 4),
         "learner_samples_per_step": len(records),
     }

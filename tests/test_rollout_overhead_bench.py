@@ -20,6 +20,30 @@ def bench():
     del sys.modules["rollout_overhead_bench"]
 
 
+def test_the_doctests_and_pooling_runs(bench, tmp_path, capsys, monkeypatch):
+    """``--pool`` reads saved reports and pools their rounds; a report without raw rounds is a one-line error."""
+    import doctest
+    import json
+
+    assert doctest.testmod(bench).failed == 0
+    runs = [{"seconds_per_round": {"actor_engine": [1.0, 1.0], "actor": [1.0, 1.25]}},
+            {"seconds_per_round": {"actor_engine": [2.0], "actor": [2.5]}}]
+    paths = []
+    for i, report in enumerate(runs):
+        paths.append(tmp_path / f"run{i}.json")
+        paths[-1].write_text(json.dumps(report))
+    monkeypatch.setattr(sys, "argv", ["rollout_overhead.py", "--pool", *map(str, paths)])
+    bench.main()
+    pooled = json.loads(capsys.readouterr().out)["pooled_overhead"]
+    assert list(pooled) == ["actor_vs_actor_engine"]
+    assert pooled["actor_vs_actor_engine"]["median"] == 0.2 and pooled["actor_vs_actor_engine"]["n"] == 3
+    (tmp_path / "old.json").write_text(json.dumps({"paired_overhead": {}}))
+    monkeypatch.setattr(sys, "argv", ["rollout_overhead.py", "--pool", str(tmp_path / "old.json")])
+    with pytest.raises(SystemExit):
+        bench.main()
+    assert "carry no seconds_per_round" in capsys.readouterr().err
+
+
 def _bench_worker(bench, *, prompts: int, max_new_tokens: int, seed: int):
     """The benchmark's worker on arith, 4 samples a prompt: (worker, examples, sampling)."""
     from echo2_sdk.registry import make_task
@@ -105,5 +129,76 @@ def test_the_stdlib_json_variant_sends_the_same_reply(bench):
     try:
         product, stdlib = reply(worker.generate_wire), reply(worker.generate_wire_stdlib)
         assert product == stdlib and product[1] > 0 and len(product[3]) == 3
+    finally:
+        worker.close()
+
+
+@pytest.mark.parametrize("multi_turn", [False, True])
+def test_the_worker_hands_the_gil_over_once_a_call_and_the_variant_does_not(bench, monkeypatch, multi_turn):
+    """The generation lock's release yields the GIL (``time.sleep(0)``) once per call, single- and multi-turn;
+    ``actor_no_handover`` turns exactly that off and nothing else (the same tokens)."""
+    import time as real_time
+
+    import echo2_sdk.runtime.rollout.worker as worker_module
+
+    if multi_turn:
+        from echo2_sdk.runtime.models.modeling import ensure_tiny_qwen3
+        from echo2_sdk.runtime.rollout.backends.base import SamplingParams
+        from echo2_sdk.runtime.rollout.base import WorkerSettings
+
+        sampling = SamplingParams(temperature=1.0, top_p=1.0, max_new_tokens=4, seed=1)
+        settings = WorkerSettings(model_path=ensure_tiny_qwen3(), task_name="moba", task_options={},
+                                  sampling=sampling, samples_per_prompt=2, seed=0, threads=1)
+        worker = bench.make_bench_worker_class()("bench-test", settings)
+        from echo2_sdk.registry import make_task
+
+        examples = list(make_task("moba", {}, seed=0).examples("train"))[:1]
+    else:
+        worker, examples, _ = _bench_worker(bench, prompts=2, max_new_tokens=4, seed=1)
+    yields: list[float] = []
+
+    class Clock:
+        def __getattr__(self, name):
+            return getattr(real_time, name)
+
+        @staticmethod
+        def sleep(seconds: float) -> None:
+            yields.append(seconds)
+            real_time.sleep(seconds)
+
+    monkeypatch.setattr(worker_module, "time", Clock())
+    try:
+        def tokens() -> list:
+            worker.rewind()
+            return [g["rollouts"] for g in worker.generate(examples).groups]
+
+        handed = tokens()
+        assert yields == [0]
+        worker.set_hand_over(False)
+        assert tokens() == handed and yields == [0]
+    finally:
+        worker.close()
+
+
+def test_the_engine_call_is_the_workers_generation_under_its_lock(bench):
+    """``actor_engine_calls`` / ``actor_engine_pipelined``: call r samples the worker's call r's tokens, and holds the
+    generation lock, so two calls in flight take turns as ``generate`` does (not two engines at once)."""
+    from echo2_sdk.runtime.rollout.codec import example_to_dict
+
+    worker, examples, _ = _bench_worker(bench, prompts=2, max_new_tokens=6, seed=4)
+    wire = [example_to_dict(e) for e in examples]
+    locked: list[bool] = []
+    generate = worker.backend.generate
+
+    def watched(*args, **kwargs):
+        locked.append(worker._generate_lock.locked())
+        return generate(*args, **kwargs)
+
+    try:
+        worker.backend.generate = watched
+        engine = [worker.engine_call(wire, r) for r in range(2)]
+        assert locked == [True, True]
+        worker.rewind()
+        assert engine == [worker.generate(examples).num_tokens for _ in range(2)] and min(engine) > 0
     finally:
         worker.close()
