@@ -2,7 +2,7 @@
 
     python benchmarks/moba_headroom.py [--config examples/moba.yaml] [--set task.options.K=V ...]
                                        [--episodes 32] [--split eval] [--bots rule:farmer,rule:pusher]
-                                       [--no-search]
+                                       [--no-search] [--model RUN/base_model --samples 32 --temperature 1.0]
 
 A training episode of ``moba`` is short (``task.options.max_ticks - warmup_ticks`` decisions, 4 by default)
 and deterministic given its seed: the game, the foe bot and the autopilot draw from the episode seed only.
@@ -12,7 +12,11 @@ script reports that optimum and the returns of the rule bots playing the agent's
 imitates), each a mean with a 95 % CI (normal approximation). A column whose optimum equals the bots'
 return has nothing for RL to find beyond its demonstrators; one where the bots earn far below the optimum
 has room, if exploration finds it. ``--bots`` names the bots (any ``rule:`` style, e.g. ``rule:grinder``);
-``--no-search`` reports the bots' returns alone (seconds instead of minutes). Prints JSON.
+``--no-search`` reports the bots' returns alone (seconds instead of minutes). ``--model DIR`` (a model folder with
+its tokenizer, e.g. a run's ``base_model``; pass that run's ``config.yaml`` as ``--config``) also samples
+``--samples`` episodes of each episode from the model, at ``--temperature`` with seed 0, and reports their returns
+and how many beat every bot on their own episode (and reach its optimum, when searched): RL can raise what the
+model samples, not what it never does. Prints JSON.
 
 Refuses windows over 5 decisions (10^5 sequences and more per episode). Cost: ~15 s per episode and foe line-up
 for 4 decisions on one idle CPU core (``--episodes 2``: 58 s; the default 32 episodes x 2 line-ups: ~16 min).
@@ -64,10 +68,12 @@ def rounded_ci(values: list[float]) -> dict:
     return {"mean": round(mean, 3), "ci95": [round(low, 3), round(high, 3)], "n": len(values)}
 
 
-def measure(adapter, lineup: str, examples, bot_specs: tuple[str, ...] = BOTS, search: bool = True) -> dict:
+def measure(adapter, lineup: str, examples, bot_specs: tuple[str, ...] = BOTS, search: bool = True,
+            sampler=None) -> dict:
     """One column: the optimum (unless ``search`` is off) and each bot's return (``play_episode``, as the
-    demonstrations are played) over ``examples`` replayed against ``lineup``, in the adapter's reward unit."""
-    best, bots, plans = [], {spec: [] for spec in bot_specs}, []
+    demonstrations are played) over ``examples`` replayed against ``lineup``, in the adapter's reward unit;
+    with ``sampler`` (example -> the returns of the model's sampled episodes of it), what the model samples."""
+    best, bots, plans, sampled = [], {spec: [] for spec in bot_specs}, [], []
     for example in (dataclasses.replace(e, meta={**e.meta, "opponent": lineup}) for e in examples):
         if search:
             env = adapter.env_for(example)
@@ -77,12 +83,56 @@ def measure(adapter, lineup: str, examples, bot_specs: tuple[str, ...] = BOTS, s
             plans.append(plan)
         for spec in bot_specs:
             bots[spec].append(adapter.play_episode(example, spec).reward)
+        if sampler is not None:
+            sampled.append(sampler(example))
     column = {f"{spec} as agent": rounded_ci(v) for spec, v in bots.items()}
+    if sampler is not None:
+        column["model sampled"] = sampled_report(sampled, [max(bots[s][i] for s in bot_specs) if bot_specs else None
+                                                           for i in range(len(sampled))], best if search else None)
     if not search:
         return column
     above = sum(b > max(bots[s][i] for s in bot_specs) + 1e-9 for i, b in enumerate(best))
     return {"best": rounded_ci(best), **column, "episodes_where_best_beats_every_bot": above,
             "example_best_plan": plans[0]}
+
+
+def sampled_report(sampled: list[list[float]], bots_best: list[float | None], best: list[float] | None) -> dict:
+    """The model's sampled returns (``sampled[i]``: its episodes of episode i) against each episode's best bot and,
+    when searched, its optimum: fractions of all sampled episodes.
+
+    >>> sampled_report([[0.0, 0.2], [0.4, 0.4]], [0.2, 0.2], [0.4, 0.4])["share_beating_every_bot"]
+    0.5
+    >>> sampled_report([[0.0, 0.2], [0.4, 0.4]], [0.2, 0.2], [0.4, 0.4])["share_reaching_best"]
+    0.5
+    """
+    flat = [r for returns in sampled for r in returns]
+    report = {**rounded_ci(flat), "max": round(max(flat), 3)}
+    if all(b is not None for b in bots_best):
+        report["share_beating_every_bot"] = round(sum(r > b + 1e-9 for returns, b in zip(sampled, bots_best)
+                                                      for r in returns) / len(flat), 3)
+    if best is not None:
+        report["share_reaching_best"] = round(sum(r >= b - 1e-9 for returns, b in zip(sampled, best)
+                                                  for r in returns) / len(flat), 3)
+    return report
+
+
+def model_sampler(adapter, model_dir: str, samples: int, temperature: float, max_new_tokens: int):
+    """example -> the returns of ``samples`` episodes the model at ``model_dir`` plays of it (the rollout worker's
+    episode loop, seed 0: reproducible)."""
+    from echo2_sdk.runtime.models.modeling import load_policy
+    from echo2_sdk.runtime.rollout.backends.base import SamplingParams
+    from echo2_sdk.runtime.rollout.backends.hf import HFBackend
+    from echo2_sdk.runtime.rollout.episodes import run_episodes
+
+    model, tokenizer = load_policy(model_dir)
+    backend = HFBackend(model, tokenizer)
+    params = SamplingParams(temperature=temperature, top_p=1.0, max_new_tokens=max_new_tokens, seed=0)
+
+    def sample(example) -> list[float]:
+        batch = run_episodes(adapter, backend, tokenizer, [example], samples, params, version=0)
+        return [rollout.reward for group in batch.groups for rollout in group.rollouts]
+
+    return sample
 
 
 def bot_problem(spec: str) -> str | None:
@@ -110,6 +160,9 @@ def main() -> None:
     ap.add_argument("--split", choices=("train", "eval"), default="eval")
     ap.add_argument("--bots", default=",".join(BOTS), help="comma-separated rule bots played as the agent")
     ap.add_argument("--no-search", action="store_true", help="the bots' returns only, no exhaustive search")
+    ap.add_argument("--model", help="also sample episodes from this model folder (e.g. RUN/base_model)")
+    ap.add_argument("--samples", type=int, default=32, help="--model: sampled episodes per episode")
+    ap.add_argument("--temperature", type=float, default=1.0, help="--model: sampling temperature")
     args = ap.parse_args()
     from echo2_sdk.config import load_config
     from echo2_sdk.episodic import opponent_pool
@@ -134,14 +187,24 @@ def main() -> None:
     problem = next(filter(None, map(bot_problem, bot_specs)), None) if bot_specs else "names no bot"
     if problem:
         raise SystemExit(f"moba_headroom: --bots={args.bots!r}: {problem}; e.g. --bots rule:farmer,rule:grinder")
+    sampler = None
+    if args.model:
+        if not (Path(args.model) / "config.json").is_file():
+            raise SystemExit(f"moba_headroom: --model={args.model!r} is not a model folder (no config.json); "
+                             "e.g. --model runs/NAME/base_model with --config runs/NAME/config.yaml")
+        if args.samples < 1 or not args.temperature > 0:
+            raise SystemExit(f"moba_headroom: --samples={args.samples} --temperature={args.temperature}; need "
+                             "samples >= 1 and temperature > 0 (greedy play is one episode: train.eval_* reports it)")
+        sampler = model_sampler(adapter, args.model, args.samples, args.temperature, cfg.rollout.max_new_tokens)
     examples = list(adapter.examples(args.split))[: args.episodes]
     started = time.perf_counter()
     columns = {}
     for lineup in lineups:
         print(f"[moba_headroom] {lineup}: {len(examples)} episodes of {decisions} decisions", file=sys.stderr, flush=True)
-        columns[lineup] = measure(adapter, lineup, examples, bot_specs, search=not args.no_search)
+        columns[lineup] = measure(adapter, lineup, examples, bot_specs, search=not args.no_search, sampler=sampler)
     print(json.dumps({"config": args.config, "overrides": args.overrides, "split": args.split, "decisions": decisions,
-                      "searched": not args.no_search, "bots": list(bot_specs),
+                      "searched": not args.no_search, "bots": list(bot_specs), "model": args.model,
+                      "samples": args.samples if args.model else None, "temperature": args.temperature if args.model else None,
                       "columns": columns, "seconds": round(time.perf_counter() - started, 1)}, indent=1))
 
 

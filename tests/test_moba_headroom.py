@@ -128,3 +128,22 @@ def test_named_bots_without_the_search_and_a_misspelt_bot_refused_in_one_line():
     proc = _run(*TWO_DECISIONS, "--episodes", "2", "--bots", "rule:grindr", "--no-search")
     message = proc.stderr.strip().splitlines()
     assert proc.returncode != 0 and len(message) == 1 and "rule:grindr" in message[0], proc.stderr
+
+
+def test_a_model_samples_every_episode_and_a_bad_model_folder_is_refused_in_one_line(tmp_path):
+    """``--model``: the model's sampled episodes (n = episodes x samples) beside the bots, with the share that beats
+    every bot on its own episode and reaches its optimum; a folder without a model is refused in one line."""
+    from echo2_sdk.runtime.models.modeling import ensure_tiny_qwen3
+
+    proc = _run(*TWO_DECISIONS, "--episodes", "2", "--model", ensure_tiny_qwen3(), "--samples", "3",
+                "--bots", "rule:farmer")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    report = json.loads(proc.stdout)
+    assert report["model"] and report["samples"] == 3 and report["temperature"] == 1.0
+    for column in report["columns"].values():
+        sampled = column["model sampled"]
+        assert sampled["n"] == 6 and sampled["max"] >= sampled["mean"]
+        assert 0.0 <= sampled["share_beating_every_bot"] <= 1.0 and 0.0 <= sampled["share_reaching_best"] <= 1.0
+    proc = _run(*TWO_DECISIONS, "--episodes", "2", "--model", str(tmp_path), "--no-search")
+    message = proc.stderr.strip().splitlines()
+    assert proc.returncode != 0 and len(message) == 1 and "not a model folder" in message[0], proc.stderr
