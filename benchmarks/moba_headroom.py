@@ -87,8 +87,8 @@ def measure(adapter, lineup: str, examples, bot_specs: tuple[str, ...] = BOTS, s
             sampled.append(sampler(example))
     column = {f"{spec} as agent": rounded_ci(v) for spec, v in bots.items()}
     if sampler is not None:
-        column["model sampled"] = sampled_report(sampled, [max(bots[s][i] for s in bot_specs) if bot_specs else None
-                                                           for i in range(len(sampled))], best if search else None)
+        bots_best = [max(bots[spec][i] for spec in bot_specs) for i in range(len(sampled))]
+        column["model sampled"] = sampled_report(sampled, bots_best, best if search else None)
     if not search:
         return column
     above = sum(b > max(bots[s][i] for s in bot_specs) + 1e-9 for i, b in enumerate(best))
@@ -96,7 +96,7 @@ def measure(adapter, lineup: str, examples, bot_specs: tuple[str, ...] = BOTS, s
             "example_best_plan": plans[0]}
 
 
-def sampled_report(sampled: list[list[float]], bots_best: list[float | None], best: list[float] | None) -> dict:
+def sampled_report(sampled: list[list[float]], bots_best: list[float], best: list[float] | None) -> dict:
     """The model's sampled returns (``sampled[i]``: its episodes of episode i) against each episode's best bot and,
     when searched, its optimum: fractions of all sampled episodes.
 
@@ -106,10 +106,9 @@ def sampled_report(sampled: list[list[float]], bots_best: list[float | None], be
     0.5
     """
     flat = [r for returns in sampled for r in returns]
-    report = {**rounded_ci(flat), "max": round(max(flat), 3)}
-    if all(b is not None for b in bots_best):
-        report["share_beating_every_bot"] = round(sum(r > b + 1e-9 for returns, b in zip(sampled, bots_best)
-                                                      for r in returns) / len(flat), 3)
+    report = {**rounded_ci(flat), "max": round(max(flat), 3),
+              "share_beating_every_bot": round(sum(r > b + 1e-9 for returns, b in zip(sampled, bots_best)
+                                                   for r in returns) / len(flat), 3)}
     if best is not None:
         report["share_reaching_best"] = round(sum(r >= b - 1e-9 for returns, b in zip(sampled, best)
                                                   for r in returns) / len(flat), 3)
