@@ -115,17 +115,20 @@ def sampled_report(sampled: list[list[float]], bots_best: list[float], best: lis
     return report
 
 
-def model_sampler(adapter, model_dir: str, samples: int, temperature: float, max_new_tokens: int):
+def model_sampler(cfg, model_dir: str, samples: int, temperature: float):
     """example -> the returns of ``samples`` episodes the model at ``model_dir`` plays of it (the rollout worker's
-    episode loop, seed 0: reproducible)."""
+    episode loop, seed 0: reproducible). On an adapter of its own: the episode loop binds the model to its adapter
+    for ``llm:self`` seats, and the search's copies of envs made by that adapter would then copy the model too."""
+    from echo2_sdk.registry import make_task
     from echo2_sdk.runtime.models.modeling import load_policy
     from echo2_sdk.runtime.rollout.backends.base import SamplingParams
     from echo2_sdk.runtime.rollout.backends.hf import HFBackend
     from echo2_sdk.runtime.rollout.episodes import run_episodes
 
+    adapter = make_task(cfg.task.name, cfg.task.options, seed=cfg.train.seed)
     model, tokenizer = load_policy(model_dir)
     backend = HFBackend(model, tokenizer)
-    params = SamplingParams(temperature=temperature, top_p=1.0, max_new_tokens=max_new_tokens, seed=0)
+    params = SamplingParams(temperature=temperature, top_p=1.0, max_new_tokens=cfg.rollout.max_new_tokens, seed=0)
 
     def sample(example) -> list[float]:
         batch = run_episodes(adapter, backend, tokenizer, [example], samples, params, version=0)
@@ -194,7 +197,7 @@ def main() -> None:
         if args.samples < 1 or not args.temperature > 0:
             raise SystemExit(f"moba_headroom: --samples={args.samples} --temperature={args.temperature}; need "
                              "samples >= 1 and temperature > 0 (greedy play is one episode: train.eval_* reports it)")
-        sampler = model_sampler(adapter, args.model, args.samples, args.temperature, cfg.rollout.max_new_tokens)
+        sampler = model_sampler(cfg, args.model, args.samples, args.temperature)
     examples = list(adapter.examples(args.split))[: args.episodes]
     started = time.perf_counter()
     columns = {}

@@ -147,3 +147,19 @@ def test_a_model_samples_every_episode_and_a_bad_model_folder_is_refused_in_one_
     proc = _run(*TWO_DECISIONS, "--episodes", "2", "--model", str(tmp_path), "--no-search")
     message = proc.stderr.strip().splitlines()
     assert proc.returncode != 0 and len(message) == 1 and "not a model folder" in message[0], proc.stderr
+
+
+def test_sampling_leaves_the_searched_adapter_without_a_model():
+    """The episode loop binds its model to the adapter it plays on (``llm:self`` seats); the sampler plays on an
+    adapter of its own, so the search's env copies never carry (and pickle) a model."""
+    from echo2_sdk.config import load_config
+    from echo2_sdk.registry import make_task
+    from echo2_sdk.runtime.models.modeling import ensure_tiny_qwen3
+
+    m = _module()
+    cfg = load_config(str(ROOT / "examples" / "moba.yaml"), list(TWO_DECISIONS[1::2]) + ["task.options.num_sft=4"])
+    adapter = make_task(cfg.task.name, cfg.task.options, seed=cfg.train.seed)
+    sampler = m.model_sampler(cfg, ensure_tiny_qwen3(), 2, 1.0)
+    column = m.measure(adapter, "rule:farmer", list(adapter.examples("eval"))[:1], ("rule:farmer",), sampler=sampler)
+    assert column["model sampled"]["n"] == 2 and column["best"]["n"] == 1
+    assert adapter.llm_policy_factory is None
