@@ -191,9 +191,10 @@ def main() -> None:
         raise SystemExit(f"moba_headroom: --bots={args.bots!r}: {problem}; e.g. --bots rule:farmer,rule:grinder")
     sampler = None
     if args.model:
-        if not (Path(args.model) / "config.json").is_file():
-            raise SystemExit(f"moba_headroom: --model={args.model!r} is not a model folder (no config.json); "
-                             "e.g. --model runs/NAME/base_model with --config runs/NAME/config.yaml")
+        lacking = [f for f in ("config.json", "tokenizer_config.json") if not (Path(args.model) / f).is_file()]
+        if lacking:  # a run's checkpoints/step_K holds the weights but not the tokenizer
+            raise SystemExit(f"moba_headroom: --model={args.model!r} is not a model folder with its tokenizer (no "
+                             f"{', '.join(lacking)}); e.g. --model runs/NAME/base_model with --config runs/NAME/config.yaml")
         if args.samples < 1 or not args.temperature > 0:
             raise SystemExit(f"moba_headroom: --samples={args.samples} --temperature={args.temperature}; need "
                              "samples >= 1 and temperature > 0 (greedy play is one episode: train.eval_* reports it)")

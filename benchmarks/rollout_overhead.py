@@ -149,15 +149,17 @@ def main() -> None:
                     "reports (saved stdout) into one interval per comparison, e.g. --pool run1.json run2.json")
     args = ap.parse_args()
     if args.pool:
-        reports = [json.loads(Path(p).read_text()) for p in args.pool]
-        missing = [p for p, r in zip(args.pool, reports) if "seconds_per_round" not in r]
+        try:
+            reports = [json.loads(Path(p).read_text()) for p in args.pool]
+        except (OSError, ValueError) as exc:
+            ap.error(f"--pool: cannot read a report ({exc}); pass the JSON files earlier runs printed")
+        missing = [p for p, r in zip(args.pool, reports) if not isinstance(r, dict) or "seconds_per_round" not in r]
         if missing:
-            ap.error(f"--pool: {missing} carry no seconds_per_round (written by this script since it pools); rerun them")
+            ap.error(f"--pool: {missing} carry no seconds_per_round (reports from before --pool existed); rerun them")
         pairs = [("actor", "actor_engine"), ("actor", "actor_engine_pipelined"),
                  ("actor_engine_pipelined", "actor_engine"), ("actor", "actor_no_handover")]
-        print(json.dumps({"reports": args.pool, "pooled_overhead": {
-            f"{a}_vs_{b}": pooled_overhead(reports, a, b) for a, b in pairs if pooled_overhead(reports, a, b)}},
-            indent=2))
+        pooled = {f"{a}_vs_{b}": pooled_overhead(reports, a, b) for a, b in pairs}
+        print(json.dumps({"reports": args.pool, "pooled_overhead": {k: v for k, v in pooled.items() if v}}, indent=2))
         return
     if args.quick:
         args.rounds, args.requests, args.prompts = 2, 2, 4
@@ -212,25 +214,26 @@ def main() -> None:
         tokens = sum(ray.get(actor.engine_call.remote(wire_examples, r)) for r in range(args.requests))
         return tokens, time.perf_counter() - t0
 
-    def run_actor_engine_pipelined() -> tuple[int, float]:
-        t0, tokens, inflight, submitted = time.perf_counter(), 0, [], 0
+    def two_in_flight(submit):
+        """``args.requests`` calls ``submit(r)``, two in flight as the pool sends them; each reply as it lands."""
+        inflight, submitted = [], 0
         while submitted < args.requests or inflight:
             while len(inflight) < 2 and submitted < args.requests:
-                inflight.append(actor.engine_call.remote(wire_examples, submitted))
+                inflight.append(submit(submitted))
                 submitted += 1
             done, inflight = ray.wait(inflight, num_returns=1)
-            tokens += ray.get(done[0])
+            yield ray.get(done[0])
+
+    def run_actor_engine_pipelined() -> tuple[int, float]:
+        t0 = time.perf_counter()
+        tokens = sum(two_in_flight(lambda r: actor.engine_call.remote(wire_examples, r)))
         return tokens, time.perf_counter() - t0
 
     def run_actor_stream(method: str, quick_reward: bool = True, hand_over: bool = True) -> tuple[int, float]:
         ray.get([actor.rewind.remote(), actor.use_quick_reward.remote(quick_reward), actor.set_hand_over.remote(hand_over)])
-        t0, tokens, inflight, submitted, t_gen = time.perf_counter(), 0, [], 0, 0.0
-        while submitted < args.requests or inflight:
-            while len(inflight) < 2 and submitted < args.requests:
-                inflight.append(getattr(actor, method).remote(wire_examples))
-                submitted += 1
-            done, inflight = ray.wait(inflight, num_returns=1)
-            result = result_from_json(ray.get(done[0]))  # the pool's JSON path, decode included
+        t0, tokens, t_gen = time.perf_counter(), 0, 0.0
+        for reply in two_in_flight(lambda r: getattr(actor, method).remote(wire_examples)):
+            result = result_from_json(reply)  # the pool's JSON path, decode included
             tokens += result.num_tokens
             t_gen += result.t_generate_s
         wall = time.perf_counter() - t0

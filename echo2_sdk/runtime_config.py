@@ -36,7 +36,7 @@ class RuntimeConfig:
     each reply without lowers it by 0.01 (``runtime/admission/dispatch.py``, ``adapt_margin``). A run whose
     estimates hold keeps the means (the quickstart alone, poker and MOBA never raised it); a busy machine's
     uneven request times raise it (the quickstart beside a second job dropped 3.3-3.9 % at 0, 1.0-1.1 % so).
-    At most ``admission_margin_devs``: the margin stays fixed there."""
+    Set at or below ``admission_margin_devs``, the margin stays fixed at that floor."""
     buffer_order: Literal["oldest", "freshest", "mixed"] = "oldest"
     """Which admissible groups a learner step takes: ``oldest`` version first (nothing ages out while younger
     groups are trained: least waste, staleness near the queue's length), ``freshest`` first (lowest

@@ -147,6 +147,10 @@ def test_a_model_samples_every_episode_and_a_bad_model_folder_is_refused_in_one_
     proc = _run(*TWO_DECISIONS, "--episodes", "2", "--model", str(tmp_path), "--no-search")
     message = proc.stderr.strip().splitlines()
     assert proc.returncode != 0 and len(message) == 1 and "not a model folder" in message[0], proc.stderr
+    (tmp_path / "config.json").write_text("{}")  # weights without a tokenizer, as in checkpoints/step_K
+    proc = _run(*TWO_DECISIONS, "--episodes", "2", "--model", str(tmp_path), "--no-search")
+    message = proc.stderr.strip().splitlines()
+    assert proc.returncode != 0 and len(message) == 1 and "tokenizer_config.json" in message[0], proc.stderr
 
 
 def test_sampling_leaves_the_searched_adapter_without_a_model():

@@ -42,6 +42,10 @@ def test_the_doctests_and_pooling_runs(bench, tmp_path, capsys, monkeypatch):
     with pytest.raises(SystemExit):
         bench.main()
     assert "carry no seconds_per_round" in capsys.readouterr().err
+    monkeypatch.setattr(sys, "argv", ["rollout_overhead.py", "--pool", str(tmp_path / "absent.json")])
+    with pytest.raises(SystemExit):
+        bench.main()
+    assert "cannot read a report" in capsys.readouterr().err
 
 
 def _bench_worker(bench, *, prompts: int, max_new_tokens: int, seed: int):
