@@ -48,7 +48,7 @@ class MobaAdapter(EpisodicTaskAdapter):
     @dataclass(frozen=True)
     class Options:
         opponent: str = "rule:pusher, rule:farmer"
-        """The foe heroes: a spec (``rule:farmer|pusher|grinder|random``, ``llm:PATH``, ``llm:self``: the policy
+        """The foe heroes: a spec (``rule:farmer|pusher|grinder|setter|random``, ``llm:PATH``, ``llm:self``: the policy
         being trained, greedy — self-play, ``llm:league``: one of the run's earlier snapshots,
         drawn per worker request — a self-play league, ``rollout.league_size`` / ``league_every_versions``) for every foe, ``A+B`` for
         one per foe, or a weighted pool of such line-ups, ``"2 rule:pusher, rule:farmer"``: each game draws

@@ -158,6 +158,29 @@ def _foe_creeps_in_reach(game, hero) -> list:
                   key=lambda c: (c.hp, c.uid))
 
 
+def _expects_hit(choose, min_in_reach: int = 1):
+    """A check for ``_drive_against_a_farmer``: healthy, off its base and with ``min_in_reach`` foe creeps in reach
+    (weakest first), the style must hit ``choose(reach, hero)``."""
+
+    def check(game, hero, action) -> bool:
+        reach = _foe_creeps_in_reach(game, hero)
+        if len(reach) >= min_in_reach and hero.hp >= 0.5 * hero.max_hp and game.rel(hero.side, hero.pos) != 0:
+            assert action == f"hit c{choose(reach, hero).uid}", action
+            return True
+        return False
+
+    return check
+
+
+def _window_returns_against_a_farmer(*styles: str) -> list[list[float]]:
+    """Each style's returns as the agent in the default training window, on 8 held-out episodes against a farmer."""
+    import dataclasses
+
+    adapter = make_task("moba", {"num_eval": 8})
+    episodes = [dataclasses.replace(e, meta={**e.meta, "opponent": "rule:farmer"}) for e in adapter.examples("eval")]
+    return [[adapter.play_episode(e, style).reward for e in episodes] for style in styles]
+
+
 def test_the_farmer_takes_every_sure_last_hit_and_earns_gold_against_a_farmer():
     def sure_hit_taken(game, hero, action) -> bool:
         sure = [c for c in _foe_creeps_in_reach(game, hero) if c.hp <= hero.dmg - 2]
@@ -174,23 +197,25 @@ def test_the_farmer_takes_every_sure_last_hit_and_earns_gold_against_a_farmer():
 def test_the_grinder_hits_the_weakest_creep_in_reach_and_earns_where_the_farmer_waits():
     """The default demonstrator's third style: it wounds creeps for its own next hit. In the default training
     window against a farmer the farmer earns nothing (it waits for sure kills), the grinder does."""
-    import dataclasses
 
-    def weakest_hit(game, hero, action) -> bool:
-        reach = _foe_creeps_in_reach(game, hero)
-        if reach and hero.hp >= 0.5 * hero.max_hp and game.rel(hero.side, hero.pos) != 0:
-            assert action == f"hit c{reach[0].uid}", action
-            return True
-        return False
-
-    _, hits = _drive_against_a_farmer("rule:grinder", 5, weakest_hit)
+    _, hits = _drive_against_a_farmer("rule:grinder", 5, _expects_hit(lambda reach, hero: reach[0]))
     assert hits >= 3
-    adapter = make_task("moba", {"num_eval": 8})
-    episodes = [dataclasses.replace(e, meta={**e.meta, "opponent": "rule:farmer"}) for e in adapter.examples("eval")]
-    farmer = [adapter.play_episode(e, "rule:farmer").reward for e in episodes]
-    grinder_returns = [adapter.play_episode(e, "rule:grinder").reward for e in episodes]
+    farmer, grinder_returns = _window_returns_against_a_farmer("rule:farmer", "rule:grinder")
     assert max(farmer) == 0.0 and sum(grinder_returns) > 0.0, (farmer, grinder_returns)
-    assert "rule:grinder" in adapter.options.demonstrator
+    assert "rule:grinder" in make_task("moba", {}).options.demonstrator
+
+
+def test_the_setter_spreads_its_hits_and_sets_up_more_kills_than_the_grinder_against_a_farmer():
+    """Without a sure kill in reach the setter hits the second-weakest foe creep (the grinder the weakest), so two
+    creeps come into kill range together: in the default training window against a farmer it out-earns the grinder."""
+
+    def spread(reach, hero):
+        return reach[0] if reach[0].hp <= hero.dmg - 2 else reach[1]
+
+    _, hits = _drive_against_a_farmer("rule:setter", 5, _expects_hit(spread, min_in_reach=2))
+    assert hits >= 3
+    grinder, setter = _window_returns_against_a_farmer("rule:grinder", "rule:setter")
+    assert sum(setter) > sum(grinder), (setter, grinder)
 
 
 def test_adapter_examples_sft_and_text_episodes(tiny_tokenizer):

@@ -6,7 +6,7 @@ Modules, from the environment down:
   and the shaped reward;
 - :mod:`.game`: the rules engine (:class:`Game`, :class:`Rules`): lane, creeps, towers, bases, heroes;
 - :mod:`.text`: observations, the rules prompt, action texts and their parsing;
-- :mod:`.players`: who plays the other heroes (``rule:farmer|pusher|grinder|random``, ``llm:NAME``);
+- :mod:`.players`: who plays the other heroes (``rule:farmer|pusher|grinder|setter|random``, ``llm:NAME``);
 - :mod:`.evaluation`: duplicate-game head-to-head tables (``echo2 eval --task moba``), imported on
   demand so that playing the game does not load it.
 """

@@ -89,7 +89,7 @@ class MobaConfig:
     """Ticks the ``autopilot`` plays the agent's hero (and every model-played hero) before the first observation."""
     autopilot: str = "rule:farmer"
     opponents: tuple[str, ...] = ("rule:pusher",)
-    """One spec for every foe hero, or one per foe (``rule:farmer|pusher|grinder|random``, ``llm:NAME``)."""
+    """One spec for every foe hero, or one per foe (``rule:farmer|pusher|grinder|setter|random``, ``llm:NAME``)."""
     allies: tuple[str, ...] = ("rule:farmer",)
     """The agent's teammate in 2v2."""
     max_invalid_actions: int = 2

@@ -158,7 +158,7 @@ HEAD_TO_HEAD = HeadToHead(
     games_arg="episodes", default_games=200, games_help="games per agent/opponent cell, half on each side",
     add_arguments=_add_game_arguments,
     description="MOBA: duplicate games (each seed from both sides); cells report the win rate and mean reward "
-                "with 95% CIs (a timeout is not a win). Rule players: rule:farmer|pusher|grinder|random.",
+                "with 95% CIs (a timeout is not a win). Rule players: rule:farmer|pusher|grinder|setter|random.",
 )
 """What ``echo2 eval --task moba`` runs (the moba task's ``head_to_head()`` returns it)."""
 

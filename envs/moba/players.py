@@ -16,6 +16,9 @@ the agent's; ``feedback`` is the reason the previous reply was refused). Rule-ba
 ``rule:grinder`` — **creep grinder**: the farmer, but it hits the weakest foe creep in reach whenever
     it has one and is healthy (above 50 % HP, off its base), wounding creeps for its own next hit instead
     of waiting for a sure kill. Earns gold where a farmer waits; a demonstrator of creep play.
+``rule:setter`` — **kill setter**: the grinder, but it spreads its hits: without a creep its lowest roll
+    kills in reach it hits the *second*-weakest foe creep, so that two creeps come into kill range together
+    (the grinder's focus on the weakest yields one kill where two were in reach).
 ``rule:random`` — uniform over the legal actions (a fuzzer, not a style).
 
 ``llm:NAME`` seats an :class:`echo2_sdk.envs.seats.ChatSeat` that sees the same observations
@@ -167,6 +170,21 @@ class Grinder(Farmer):
         return super().act(game, hero, feedback)
 
 
+class Setter(Farmer):
+    """The farmer, except that while healthy (≥ 50 % HP) and off its base it hits a foe creep in reach every tick:
+    one its lowest roll kills if there is one, else the second-weakest, spreading its hits to set up two kills."""
+
+    name = "rule:setter"
+
+    def act(self, game: Game, hero: Hero, feedback: str | None) -> str:
+        safe = game.rel(hero.side, hero.pos) != 0 and hero.hp >= 0.5 * hero.max_hp
+        in_reach = self.foe_creeps(game, hero, hero.reach)  # weakest first
+        if safe and in_reach:
+            sure_kill = in_reach[0].hp <= hero.dmg - 2  # the lowest roll kills it: heroes act before creeps
+            return f"hit c{(in_reach[0] if sure_kill or len(in_reach) == 1 else in_reach[1]).uid}"
+        return super().act(game, hero, feedback)
+
+
 class RandomBot(RuleBot):
     name = "rule:random"
 
@@ -190,14 +208,15 @@ class LLMHero:
         return self.seat.reply(render(game, hero, self.max_ticks, "; ".join(notes)))
 
 
-RULE_STYLES: dict[str, type[RuleBot]] = {"farmer": Farmer, "pusher": Pusher, "grinder": Grinder, "random": RandomBot}
+RULE_STYLES: dict[str, type[RuleBot]] = {"farmer": Farmer, "pusher": Pusher, "grinder": Grinder, "setter": Setter,
+                                    "random": RandomBot}
 _ALIASES = {"defensive": "farmer", "farm": "farmer", "aggressive": "pusher", "push": "pusher"}
 
 
 def make_player(spec: Any, *, system: str | None = None, max_ticks: int = 300,
                 llm_policies: Mapping[str, Policy] | None = None,
                 llm_policy_factory: Callable[[str], Policy] | None = None):
-    """A hero player from ``rule:farmer|pusher|grinder|random``, ``llm:NAME``, a player object or a policy callable."""
+    """A hero player from ``rule:farmer|pusher|grinder|setter|random``, ``llm:NAME``, a player object or a policy callable."""
     if hasattr(spec, "act") and hasattr(spec, "begin"):
         return spec
     if callable(spec):
