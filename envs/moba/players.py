@@ -166,23 +166,23 @@ class Grinder(Farmer):
         safe = game.rel(hero.side, hero.pos) != 0 and hero.hp >= 0.5 * hero.max_hp
         in_reach = self.foe_creeps(game, hero, hero.reach)  # weakest first
         if safe and in_reach:
-            return f"hit c{in_reach[0].uid}"
-        return super().act(game, hero, feedback)
+            return f"hit c{self.target(in_reach, hero).uid}"
+        return Farmer.act(self, game, hero, feedback)
+
+    def target(self, in_reach: list, hero: Hero):
+        """Which of the foe creeps in reach (weakest first) to hit: the weakest."""
+        return in_reach[0]
 
 
-class Setter(Farmer):
-    """The farmer, except that while healthy (≥ 50 % HP) and off its base it hits a foe creep in reach every tick:
-    one its lowest roll kills if there is one, else the second-weakest, spreading its hits to set up two kills."""
+class Setter(Grinder):
+    """The grinder, except that without a sure kill in reach it hits the second-weakest foe creep: it spreads its
+    hits so that two creeps come into kill range together."""
 
     name = "rule:setter"
 
-    def act(self, game: Game, hero: Hero, feedback: str | None) -> str:
-        safe = game.rel(hero.side, hero.pos) != 0 and hero.hp >= 0.5 * hero.max_hp
-        in_reach = self.foe_creeps(game, hero, hero.reach)  # weakest first
-        if safe and in_reach:
-            sure_kill = in_reach[0].hp <= hero.dmg - 2  # the lowest roll kills it: heroes act before creeps
-            return f"hit c{(in_reach[0] if sure_kill or len(in_reach) == 1 else in_reach[1]).uid}"
-        return super().act(game, hero, feedback)
+    def target(self, in_reach: list, hero: Hero):
+        sure_kill = in_reach[0].hp <= hero.dmg - 2  # the lowest roll kills it: heroes act before creeps
+        return in_reach[0] if sure_kill or len(in_reach) == 1 else in_reach[1]
 
 
 class RandomBot(RuleBot):
@@ -216,7 +216,8 @@ _ALIASES = {"defensive": "farmer", "farm": "farmer", "aggressive": "pusher", "pu
 def make_player(spec: Any, *, system: str | None = None, max_ticks: int = 300,
                 llm_policies: Mapping[str, Policy] | None = None,
                 llm_policy_factory: Callable[[str], Policy] | None = None):
-    """A hero player from ``rule:farmer|pusher|grinder|setter|random``, ``llm:NAME``, a player object or a policy callable."""
+    """A hero player from ``rule:farmer|pusher|grinder|setter|random``, ``llm:NAME``, a player object or a policy
+    callable."""
     if hasattr(spec, "act") and hasattr(spec, "begin"):
         return spec
     if callable(spec):
