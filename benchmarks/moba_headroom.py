@@ -86,12 +86,12 @@ def measure(adapter, lineup: str, examples, bot_specs: tuple[str, ...] = BOTS, s
         if sampler is not None:
             sampled.append(sampler(example))
     column = {f"{spec} as agent": rounded_ci(v) for spec, v in bots.items()}
+    bots_best = [max(returns) for returns in zip(*bots.values())]  # per episode, the best bot's return
     if sampler is not None:
-        bots_best = [max(bots[spec][i] for spec in bot_specs) for i in range(len(sampled))]
         column["model sampled"] = sampled_report(sampled, bots_best, best if search else None)
     if not search:
         return column
-    above = sum(b > max(bots[s][i] for s in bot_specs) + 1e-9 for i, b in enumerate(best))
+    above = sum(b > bot + 1e-9 for b, bot in zip(best, bots_best))
     return {"best": rounded_ci(best), **column, "episodes_where_best_beats_every_bot": above,
             "example_best_plan": plans[0]}
 

@@ -167,7 +167,7 @@ class Grinder(Farmer):
         in_reach = self.foe_creeps(game, hero, hero.reach)  # weakest first
         if safe and in_reach:
             return f"hit c{self.target(in_reach, hero).uid}"
-        return Farmer.act(self, game, hero, feedback)
+        return super().act(game, hero, feedback)
 
     def target(self, in_reach: list, hero: Hero):
         """Which of the foe creeps in reach (weakest first) to hit: the weakest."""
