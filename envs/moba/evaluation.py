@@ -24,7 +24,7 @@ from echo2_sdk.env import Policy
 from echo2_sdk.evaluation import HeadToHead
 from echo2_sdk.envs.moba.env import MobaConfig
 from echo2_sdk.envs.moba.game import Game
-from echo2_sdk.envs.moba.players import make_player
+from echo2_sdk.envs.moba.players import RULE_STYLES, make_player
 from echo2_sdk.envs.moba.text import parse, system_prompt
 
 
@@ -158,7 +158,7 @@ HEAD_TO_HEAD = HeadToHead(
     games_arg="episodes", default_games=200, games_help="games per agent/opponent cell, half on each side",
     add_arguments=_add_game_arguments,
     description="MOBA: duplicate games (each seed from both sides); cells report the win rate and mean reward "
-                "with 95% CIs (a timeout is not a win). Rule players: rule:farmer|pusher|grinder|setter|random.",
+                f"with 95% CIs (a timeout is not a win). Rule players: rule:{'|'.join(RULE_STYLES)}.",
 )
 """What ``echo2 eval --task moba`` runs (the moba task's ``head_to_head()`` returns it)."""
 

@@ -59,6 +59,11 @@ class RuleBot:
         return [h for h in game.team(1 - hero.side) if h.alive and abs(h.pos - hero.pos) <= reach]
 
     @staticmethod
+    def sure_kill(creep, hero: Hero) -> bool:
+        """The hero's lowest damage roll kills the creep (heroes act before creeps within a tick)."""
+        return creep.hp <= hero.dmg - 2
+
+    @staticmethod
     def foe_creeps(game: Game, hero: Hero, reach: int):
         return sorted((c for c in game.creeps if c.side != hero.side and abs(c.pos - hero.pos) <= reach),
                       key=lambda c: (c.hp, c.uid))
@@ -105,7 +110,7 @@ class Farmer(RuleBot):
             if foe.hp < 0.3 * foe.max_hp:
                 return f"hit {game.hero_label(hero, foe)}"
         in_reach = self.foe_creeps(game, hero, hero.reach)  # weakest first
-        if in_reach and in_reach[0].hp <= hero.dmg - 2:  # the lowest roll kills it: heroes act before creeps
+        if in_reach and self.sure_kill(in_reach[0], hero):
             return f"hit c{in_reach[0].uid}"
         mine = sum(1 for c in game.creeps if c.side == hero.side and abs(c.pos - hero.pos) <= SIGHT)
         theirs = len(self.foe_creeps(game, hero, SIGHT))
@@ -181,8 +186,7 @@ class Setter(Grinder):
     name = "rule:setter"
 
     def target(self, in_reach: list, hero: Hero):
-        sure_kill = in_reach[0].hp <= hero.dmg - 2  # the lowest roll kills it: heroes act before creeps
-        return in_reach[0] if sure_kill or len(in_reach) == 1 else in_reach[1]
+        return in_reach[0] if self.sure_kill(in_reach[0], hero) or len(in_reach) == 1 else in_reach[1]
 
 
 class RandomBot(RuleBot):
