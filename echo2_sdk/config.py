@@ -223,6 +223,10 @@ class TrainConfig:
     """k of avg@k in evaluation."""
     eval_temperature: float = 0.0
     """Evaluation temperature (0 = greedy)."""
+    eval_sampled_samples: int = 0
+    """Also evaluate every held-out example this many times at ``rollout.temperature`` (the policy GRPO trains
+    and whose expected return it raises, which greedy decoding need not show), reported as ``sampled`` inside
+    each evaluation; 0: only the evaluation above. Its interval counts an example's samples as one draw."""
     eval_max_new_tokens: int | None = None
     """Evaluation generation limit (null: rollout.max_new_tokens)."""
     plots: bool = True
@@ -259,6 +263,9 @@ class TrainConfig:
             raise ConfigError(f"train.eval_samples={self.eval_samples} must be >= 1 (k of avg@k)")
         if not self.eval_temperature >= 0:
             raise ConfigError(f"train.eval_temperature={self.eval_temperature} must be >= 0 (0 = greedy)")
+        if self.eval_sampled_samples < 0:
+            raise ConfigError(f"train.eval_sampled_samples={self.eval_sampled_samples} must be >= 0 (held-out samples "
+                              "per example at rollout.temperature; 0 turns the sampled evaluation off)")
         for name in self.report_to:
             if name not in REPORT_TO:
                 close = difflib.get_close_matches(str(name), REPORT_TO, n=1)

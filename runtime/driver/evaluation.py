@@ -165,9 +165,18 @@ class HeldOutEvaluation:
                 self.unguarded = True
                 self.failures.log(f"held-out evaluation: the reward process did not start, so rewards are scored "
                                   f"here without rollout.reward_timeout_s ({str(exc).splitlines()[0][:300]})")
-        result = evaluate(self.adapter, backend, self.tokenizer, split="eval", k=t.eval_samples, params=params,
-                          guard=self.guard, limit=t.eval_max_examples, max_chars=eval_answer_char_limit(self.cfg))
-        self.failures.note("held-out evaluation", result.get("statuses", {}), result.get("reward_detail", {}), step)
+        result = self._evaluate(backend, t.eval_samples, params, step, "held-out evaluation")
+        if t.eval_sampled_samples:
+            sampled = dataclasses.replace(params, temperature=self.cfg.rollout.temperature)
+            result["sampled"] = {"temperature": sampled.temperature,
+                                 **self._evaluate(backend, t.eval_sampled_samples, sampled, step,
+                                                  "held-out evaluation (sampled)")}
+        return result
+
+    def _evaluate(self, backend: GenerationBackend, k: int, params: SamplingParams, step: int, what: str) -> dict:
+        result = evaluate(self.adapter, backend, self.tokenizer, split="eval", k=k, params=params, guard=self.guard,
+                          limit=self.cfg.train.eval_max_examples, max_chars=eval_answer_char_limit(self.cfg))
+        self.failures.note(what, result.get("statuses", {}), result.get("reward_detail", {}), step)
         return result
 
     def close(self) -> None:
@@ -183,5 +192,8 @@ def format_eval(ev: dict) -> str:
     else:
         keys = [k for k in ev if k.startswith("avg@") or k in ("accuracy", "num_examples")]
     line = ", ".join(f"{k}={ev[k]:.3f}" if isinstance(ev[k], float) else f"{k}={ev[k]}" for k in keys)
-    return line + "".join(f"; vs {o}: return {v['mean_return']:.3f}, legal {v['legal_action_rate'] or 0:.3f}"
-                          for o, v in (ev.get("by_opponent") or {}).items())
+    line += "".join(f"; vs {o}: return {v['mean_return']:.3f}, legal {v['legal_action_rate'] or 0:.3f}"
+                    for o, v in (ev.get("by_opponent") or {}).items())
+    if isinstance(ev.get("sampled"), dict):
+        line += f" | sampled at T={ev['sampled']['temperature']:g}: {format_eval(ev['sampled'])}"
+    return line

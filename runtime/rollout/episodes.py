@@ -146,18 +146,46 @@ def summarize_rollouts(rollouts: Sequence[Rollout]) -> dict[str, Any]:
     return summary
 
 
+def clustered_ci95(keyed_returns: Sequence[tuple[str, float]]) -> tuple[float, float]:
+    """95 % CI of the mean return, the episodes of one example counted as one draw.
+
+    The k episodes of a held-out example share its deal or game seed (and opponent), so they are not k
+    independent draws: treating them so understates the interval. The standard error is taken from the
+    per-example totals (a cluster-robust, ratio-estimator form; with one episode per example it is the
+    plain one). Normal approximation, 1.96 standard errors; one example: an empty-width interval.
+
+    >>> clustered_ci95([("a", 1.0), ("b", 0.0)])
+    (-0.48, 1.48)
+    >>> [round(x, 3) for x in clustered_ci95([("a", 1.0), ("a", 1.0), ("b", 0.0), ("b", 0.0)])]
+    [-0.48, 1.48]
+    """
+    clusters: dict[str, list[float]] = {}
+    for key, value in keyed_returns:
+        clusters.setdefault(key, []).append(value)
+    n = len(clusters)
+    total = sum(len(v) for v in clusters.values())
+    mean = sum(sum(v) for v in clusters.values()) / total
+    if n < 2:
+        return (mean, mean)
+    size = total / n
+    # residual totals per cluster around the overall mean, scaled by the mean cluster size
+    residuals = [(sum(v) - mean * len(v)) / size for v in clusters.values()]
+    half = 1.96 * math.sqrt(sum(e * e for e in residuals) / (n - 1) / n)
+    return (mean - half, mean + half)
+
+
 def _play_summary(rollouts: Sequence[Rollout]) -> dict[str, Any]:
     totals = {key: sum(float(r.meta.get(key, 0) or 0) for r in rollouts) for key in COUNTERS}
     turns, invalid, forced = totals["turns"], totals["invalid_actions"], totals["forced_actions"]
     decisions = turns - invalid + forced  # every accepted reply, plus every forced action
     returns = [r.reward for r in rollouts]
     mean = sum(returns) / len(returns)
-    std = math.sqrt(sum((x - mean) ** 2 for x in returns) / max(1, len(returns) - 1))
     stops = Counter(str(r.meta.get("stop")) for r in rollouts)
     return {
         "episodes": len(rollouts),
+        "examples": len({r.prompt_key for r in rollouts}),
         "mean_return": mean,
-        "return_ci95": [mean - 1.96 * std / math.sqrt(len(returns)), mean + 1.96 * std / math.sqrt(len(returns))],
+        "return_ci95": list(clustered_ci95([(r.prompt_key, r.reward) for r in rollouts])),
         "legal_action_rate": (turns - invalid) / turns if turns else None,
         "forced_action_rate": forced / decisions if decisions else None,
         "turns_per_episode": turns / len(rollouts),
