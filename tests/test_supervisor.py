@@ -148,3 +148,26 @@ def test_a_worker_the_pool_stopped_waiting_for_is_hung_and_restarted():
     assert late.dead and not pool.slots[1].dead
     assert any("30 s after its peers" in line for line in logs)
     assert sup.check(now=2.0) == ["late"]
+
+
+def test_the_quiet_clock_starts_when_an_idle_worker_gets_work():
+    """A worker that was idle for a minute (the driver evaluating before training) and has just been sent its
+    first request is not hung; one whose request has been queued for the stall time is."""
+    import time
+    from types import SimpleNamespace
+
+    class Actor:
+        class generate_wire:  # noqa: N801 - the Ray actor method's name
+            @staticmethod
+            def remote(examples):
+                return object()
+
+    pool = SimpleNamespace(_ref_owner={}, _requests={}, _settings=SimpleNamespace(samples_per_prompt=2))
+    slot = WorkerSlot("w", Actor(), WorkerSpec("w"), last_progress=time.perf_counter() - 60.0)
+    RolloutPool.submit(pool, slot, [])
+    sent = slot.last_progress
+    assert time.perf_counter() - sent < 5.0
+    assert RolloutPool.why_hung(pool_of(), slot, 30.0, now=sent + 1.0) == ""
+    RolloutPool.submit(pool, slot, [])  # a second request queued behind the first does not restart the clock
+    assert slot.last_progress == sent and len(slot.inflight) == 2
+    assert RolloutPool.why_hung(pool_of(), slot, 30.0, now=sent + 31.0).startswith("no request finished for 31 s")

@@ -276,6 +276,8 @@ class RolloutPool:
 
     def submit(self, slot: WorkerSlot, examples: list[Example]) -> None:
         ref = slot.actor.generate_wire.remote([example_to_dict(ex) for ex in examples])
+        if not slot.inflight:  # the quiet clock of why_hung starts when an idle worker gets work, not when it went idle
+            slot.last_progress = time.perf_counter()
         slot.inflight.append(ref)
         self._ref_owner[ref] = slot
         self._requests[ref] = SentRequest(tuple(examples), self._settings.samples_per_prompt)

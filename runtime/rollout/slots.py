@@ -26,7 +26,8 @@ class WorkerSlot:
     errors: int = 0
     version: int = 0
     last_progress: float | None = None
-    """time.perf_counter() of its last finished request or finished start (None: never)."""
+    """time.perf_counter() of its last finished request or finished start, or of the work sent to it while it had
+    none queued (None: never): a worker idle while the driver evaluates is not quiet."""
     dead: bool = False
     """The actor process is gone (crashed or killed); the pool stops sending it work."""
     index: int = 0
