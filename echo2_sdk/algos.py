@@ -2,7 +2,7 @@
 policy losses, each a pure function looked up by the name a config gives (``algo.advantage``,
 ``algo.loss``). No state, no I/O; tensor shapes are in the docstrings.
 
-Both kinds share one registry behaviour (:class:`AlgorithmRegistry`): ``@register_*(name)`` returns
+Both kinds share one registry behaviour (:class:`echo2_sdk.algo_registry.AlgorithmRegistry`): ``@register_*(name)`` returns
 the function unchanged; registering the same function again (a module reload) is allowed, another
 function under a taken name raises ValueError; looking up an unknown name raises
 :class:`UnknownAlgorithmError` (a KeyError and a ValueError) listing the known names and the
@@ -24,69 +24,16 @@ learner calls one per mini-batch and knows nothing else about the algorithm.
 
 from __future__ import annotations
 
-import difflib
 from typing import Callable
 
 import torch
 from torch import Tensor
 
+from echo2_sdk.algo_registry import AlgorithmRegistry, UnknownAlgorithmError  # noqa: F401  (UnknownAlgorithmError re-exported)
 from echo2_sdk.corrections import LOG_RATIO_CLAMP, get_correction, log_ratio
 
 AdvantageFn = Callable[..., Tensor]
 PolicyLossFn = Callable[..., tuple]
-
-
-# ----- the registry -------------------------------------------------------------------------------
-class UnknownAlgorithmError(KeyError, ValueError):
-    """A lookup of an unregistered name (catchable as KeyError or ValueError)."""
-
-    def __str__(self) -> str:  # KeyError would otherwise print the message inside quotes
-        return str(self.args[0]) if self.args else ""
-
-
-class AlgorithmRegistry:
-    """Name → function for one kind of algorithm (e.g. ``"policy loss"``), with its decorator's name
-    for error messages."""
-
-    def __init__(self, kind: str, plural: str, decorator: str) -> None:
-        self.kind, self.plural, self.decorator = kind, plural, decorator
-        self._functions: dict[str, Callable] = {}
-
-    def register(self, name: str) -> Callable[[Callable], Callable]:
-        """Decorator registering a function under ``name``; returns the function unchanged."""
-        if not isinstance(name, str) or not name:
-            raise ValueError(f"{self.kind} name must be a non-empty string, got {name!r}")
-
-        def decorator(fn: Callable) -> Callable:
-            if not callable(fn):
-                raise TypeError(f"{self.decorator}({name!r}) needs a function, got {fn!r}")
-            existing = self._functions.get(name)
-            if existing is not None and _qualname(existing) != _qualname(fn):
-                raise ValueError(f"{self.kind} {name!r} is already registered to {_qualname(existing)}; "
-                                 f"pick another name for {_qualname(fn)}")
-            self._functions[name] = fn
-            return fn
-
-        return decorator
-
-    def get(self, name: str) -> Callable:
-        """The function registered under ``name``; :class:`UnknownAlgorithmError` otherwise."""
-        try:
-            return self._functions[name]
-        except (KeyError, TypeError):
-            known = self.names()
-            close = difflib.get_close_matches(str(name), known, n=1)
-            hint = f" Did you mean {close[0]!r}?" if close else ""
-            raise UnknownAlgorithmError(f"unknown {self.kind} {name!r}.{hint} Known {self.plural}: {known}. "
-                                        f"Register new ones with @{self.decorator}(name).") from None
-
-    def names(self) -> list[str]:
-        """Sorted registered names."""
-        return sorted(self._functions)
-
-
-def _qualname(fn: Callable) -> str:
-    return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', repr(fn))}"
 
 
 ADVANTAGES = AlgorithmRegistry("advantage estimator", "advantage estimators", "register_advantage")
@@ -162,6 +109,29 @@ def dr_grpo_advantage(rewards: torch.Tensor, index: torch.Tensor, eps: float = 0
     mean, _, size = _group_stats(rewards.double(), index)
     adv = rewards.double() - mean
     return torch.where(size > 1, adv, torch.zeros_like(adv)).to(rewards.dtype)
+
+
+@register_advantage("grpo_pooled_std")
+def grpo_pooled_std_advantage(rewards: torch.Tensor, index: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+    """Group mean, pooled std: A_i = (r_i - mean_g) / (s + eps), one s for the whole batch, the pooled
+    within-group std sqrt(sum_i (r_i - mean_g(i))^2 / sum_g (n_g - 1)) (LitePPO's "group mean, batch std",
+    Liu et al. 2025; REINFORCE++-baseline). Per-group division weighs a deal whose episodes differed by a
+    blind as much as one whose differed by a stack; pooled, a group's advantages keep its share of the spread.
+
+    Args:
+        rewards: [N] float rewards.
+        index: [N] long group index in [0, G).
+    Returns:
+        [N] advantages; 0 for groups of one sample, all 0 when no group has any spread.
+
+    >>> [round(a, 4) for a in grpo_pooled_std_advantage(torch.tensor([0.0, 2.0, 0.0, 20.0]), torch.tensor([0, 0, 1, 1])).tolist()]
+    [-0.0995, 0.0995, -0.995, 0.995]
+    """
+    mean, _, size = _group_stats(rewards.double(), index)
+    centred = torch.where(size > 1, rewards.double() - mean, torch.zeros_like(mean))
+    dof = (1.0 - 1.0 / size)[size > 1].sum()  # each group of n contributes n - 1: n samples x (1 - 1/n)
+    pooled = (centred.pow(2).sum() / dof).sqrt() if dof > 0 else centred.new_zeros(())
+    return (centred / (pooled + eps)).to(rewards.dtype)
 
 
 # ----- policy losses --------------------------------------------------------------------------------

@@ -116,7 +116,8 @@ class AlgoConfig:
     loss: str = "grpo"
     """Registered policy loss."""
     advantage: str = "grpo"
-    """Registered advantage estimator (``grpo``: (r-mean)/std; ``dr_grpo``: r-mean)."""
+    """Registered advantage estimator (``grpo``: (r-mean)/std of the group; ``dr_grpo``: r-mean;
+    ``grpo_pooled_std``: (r-mean)/one pooled within-group std for the whole step)."""
     grouping: Literal["prompt", "key", "batch"] = "prompt"
     """Advantage groups: by prompt, by the task's Ω.group key, or the whole batch."""
     turn_advantage_weight: float = 0.0
@@ -183,7 +184,7 @@ class AlgoConfig:
             raise ConfigError(f"algo.tis_cap={self.tis_cap} must be > 0 (e.g. 2.0), or null to disable TIS")
 
 
-GROUP_RELATIVE = ("grpo", "dr_grpo")
+GROUP_RELATIVE = ("grpo", "dr_grpo", "grpo_pooled_std")
 """Built-in advantage estimators that compare a sample with the others of its group (0 for a group of one)."""
 
 REPORT_TO = ("tensorboard", "wandb")

@@ -21,6 +21,20 @@ def test_dr_grpo_and_unknown_estimator():
         get_advantage("grp")
 
 
+def test_pooled_std_advantages_hand_computed():
+    # groups: a = 0, 3, 6 (mean 3, squares 9+0+9, 2 dof), b = 10, 14 (mean 12, squares 4+4, 1 dof), c alone
+    # pooled std = sqrt(26 / 3); each group keeps its own mean, all share the one std
+    adv = compute_advantages([0, 3, 6, 10, 14, 5], ["a", "a", "a", "b", "b", "c"], "grpo_pooled_std")
+    s = (26 / 3) ** 0.5
+    assert torch.allclose(adv, torch.tensor([-3 / s, 0, 3 / s, -2 / s, 2 / s, 0]), atol=1e-5)
+    # a pair that differs by 1 and one that differs by 100: grpo weighs them alike, pooled keeps the ratio
+    small_and_large = [0, 1, 0, 100], ["a", "a", "b", "b"]
+    assert torch.allclose(compute_advantages(*small_and_large, "grpo").abs(), torch.full((4,), 0.5 ** 0.5), atol=1e-4)
+    pooled = compute_advantages(*small_and_large, "grpo_pooled_std")
+    assert float(pooled[3] / pooled[1]) == pytest.approx(100.0, rel=1e-4)
+    assert compute_advantages([1, 1, 2], ["a", "a", "b"], "grpo_pooled_std").tolist() == [0, 0, 0]  # no spread
+
+
 def test_grouping_choices():
     prompts, keys = ["p1", "p1", "p2", "p2"], ["AK", "QQ", "AK", "QQ"]
     assert grouping_keys(prompts, keys, "prompt") == prompts
@@ -42,7 +56,7 @@ def test_zero_advantage_fraction_counts_the_groups_every_estimator_gives_zero():
     assert doctest.testmod(signals).failed == 0
     rewards, keys = [1, 0, 0, 1, 0.5, 0.5, 3.0], ["a", "a", "a", "a", "b", "b", "c"]
     assert zero_advantage_fraction(rewards, keys) == 2 / 3  # b (all equal) and c (alone): see the test above
-    for estimator in ("grpo", "dr_grpo"):  # exactly the groups whose advantages are all zero
+    for estimator in ("grpo", "dr_grpo", "grpo_pooled_std"):  # exactly the groups whose advantages are all zero
         adv = compute_advantages(rewards, keys, estimator)
         assert [bool((adv[i:j] == 0).all()) for i, j in ((0, 4), (4, 6), (6, 7))] == [False, True, True]
     assert zero_advantage_fraction([], []) == 0.0
