@@ -2,11 +2,8 @@
 policy losses, each a pure function looked up by the name a config gives (``algo.advantage``,
 ``algo.loss``). No state, no I/O; tensor shapes are in the docstrings.
 
-Both kinds share one registry behaviour (:class:`echo2_sdk.algo_registry.AlgorithmRegistry`): ``@register_*(name)`` returns
-the function unchanged; registering the same function again (a module reload) is allowed, another
-function under a taken name raises ValueError; looking up an unknown name raises
-:class:`UnknownAlgorithmError` (a KeyError and a ValueError) listing the known names and the
-closest one.
+Both kinds live in one registry each (:mod:`echo2_sdk.algo_registry` says how registering and lookup
+behave; an unknown name raises :class:`UnknownAlgorithmError` with the closest known one).
 
 **Advantage estimators** ``fn(rewards[N], group_index[N]) -> advantages[N]``: one scalar per sample
 from the rewards of its group (:func:`echo2_sdk.signals.compute_advantages` calls them).
@@ -29,7 +26,7 @@ from typing import Callable
 import torch
 from torch import Tensor
 
-from echo2_sdk.algo_registry import AlgorithmRegistry, UnknownAlgorithmError  # noqa: F401  (UnknownAlgorithmError re-exported)
+from echo2_sdk.algo_registry import AlgorithmRegistry, UnknownAlgorithmError  # noqa: F401  (the error: re-exported)
 from echo2_sdk.corrections import LOG_RATIO_CLAMP, get_correction, log_ratio
 
 AdvantageFn = Callable[..., Tensor]
@@ -124,7 +121,8 @@ def grpo_pooled_std_advantage(rewards: torch.Tensor, index: torch.Tensor, eps: f
     Returns:
         [N] advantages; 0 for groups of one sample, all 0 when no group has any spread.
 
-    >>> [round(a, 4) for a in grpo_pooled_std_advantage(torch.tensor([0.0, 2.0, 0.0, 20.0]), torch.tensor([0, 0, 1, 1])).tolist()]
+    >>> adv = grpo_pooled_std_advantage(torch.tensor([0.0, 2.0, 0.0, 20.0]), torch.tensor([0, 0, 1, 1]))
+    >>> [round(a, 4) for a in adv.tolist()]
     [-0.0995, 0.0995, -0.995, 0.995]
     """
     mean, _, size = _group_stats(rewards.double(), index)

@@ -27,6 +27,14 @@ def test_one_episode_per_example_gives_the_plain_interval():
     assert (low, high) == pytest.approx((statistics.fmean(returns) - half, statistics.fmean(returns) + half))
 
 
+def test_the_interval_examples_in_the_docstring_hold():
+    import doctest
+
+    from echo2_sdk.runtime.rollout import episodes
+
+    assert doctest.testmod(episodes).failed == 0
+
+
 def test_repeated_episodes_of_an_example_do_not_narrow_the_interval():
     # 8 examples, each returning the same value in all 8 of its episodes: 8 draws, not 64.
     values = [0.0, 1.0, 0.5, 0.25, 1.0, 0.0, 0.75, 0.5]

@@ -33,6 +33,11 @@ def test_pooled_std_advantages_hand_computed():
     pooled = compute_advantages(*small_and_large, "grpo_pooled_std")
     assert float(pooled[3] / pooled[1]) == pytest.approx(100.0, rel=1e-4)
     assert compute_advantages([1, 1, 2], ["a", "a", "b"], "grpo_pooled_std").tolist() == [0, 0, 0]  # no spread
+    import doctest
+
+    from echo2_sdk import algos
+
+    assert doctest.testmod(algos).failed == 0  # the docstring's example is the same estimator, by hand
 
 
 def test_grouping_choices():
