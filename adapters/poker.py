@@ -55,7 +55,8 @@ class PokerAdapter(EpisodicTaskAdapter):
     """See the module docstring."""
 
     name = "poker"
-    SUMMARY_KEYS = ("chips", "hands_played", "walks", "invalid_actions", "forced_actions", "opponent_invalid_actions")
+    SUMMARY_KEYS = ("chips", "hands_played", "walks", "invalid_actions", "forced_actions", "opponent_invalid_actions",
+                    "all_in_hands")
 
     @dataclass(frozen=True)
     class Options:
@@ -79,6 +80,9 @@ class PokerAdapter(EpisodicTaskAdapter):
         invalid_action_penalty: float = 1.0
         """R loses this much (in ``reward_unit``) per refused reply; 1 big blind, more than folding the small
         blind: a legal fold is always the cheapest way out, so RL cannot learn gibberish as a free fold."""
+        all_in_equity: bool = False
+        """Reward a hand all-in before the river with its expected chips over the unseen board cards (all-in
+        equity), not the dealt runout's: the same expectation, less luck (``PokerConfig.all_in_equity``)."""
         final_observation: bool = False
         """Append the closing observation (hand results) as a last user turn (bookkeeping, mask 0)."""
         num_train: int = 4096
@@ -101,6 +105,7 @@ class PokerAdapter(EpisodicTaskAdapter):
             starting_stack=opts.starting_stack, hands_per_episode=opts.hands_per_episode,
             opponents=lineup_seats(self.opponents[0][0]),
             max_invalid_actions=opts.max_invalid_actions, show_history=opts.show_history,
+            all_in_equity=opts.all_in_equity,
         )
         self.unit = self.reward_scale = opts.big_blind if opts.reward_unit == "big_blind" else 1
         self.max_reward = opts.starting_stack * (opts.seats - 1) * opts.hands_per_episode / self.unit

@@ -14,7 +14,10 @@ hand k from ``"{seed}:deal:{k}"``, the first button from ``"{seed}:button"``, se
 
 Rewards: the reward of a step is the agent's chip change realized during it (hands settle when
 they end, so mid-hand steps earn 0). Chips of walks settled during ``reset`` are added to the
-first step's reward, so the episode return always equals the agent's total chip result.
+first step's reward, so the episode return always equals the agent's total chip result; with
+``all_in_equity`` a hand all-in before the river counts its expected chips over the unseen cards
+instead (``info["all_in_value"]`` sums them, ``info["chips"]`` is still the dealt result; ``info["all_in_hands"]``
+counts such hands either way).
 
 Hooks a derived env overrides (what ``echo2 new-task poker`` writes out to edit): ``make_opponent``
 (who sits in each other seat), ``rules_text`` (the system message), ``observation_text`` (what the
@@ -63,6 +66,10 @@ class PokerConfig:
     """Button of the first hand; ``None`` draws it from the episode seed."""
     max_steps: int | None = None
     """Truncate after this many steps (default: 64 per hand times the attempts per decision)."""
+    all_in_equity: bool = False
+    """Reward a hand that two players are all-in in before the river with its expected chips over the
+    unseen board cards (all-in equity) instead of the dealt runout's: the same expectation, without the
+    luck of the cards nobody acted on. ``info["chips"]`` stays the dealt result."""
 
     def __post_init__(self) -> None:
         table = self.table  # validates seats, blinds, stack
@@ -142,9 +149,10 @@ class PokerEnv(TextEnv):
         refusal reasons)."""
         return render_observation(view, show_history=self.config.show_history, prefix="\n".join(notes))
 
-    def step_reward(self, chips: int, info: dict[str, Any]) -> float:
+    def step_reward(self, chips: float, info: dict[str, Any]) -> float:
         """r_t of one step: ``chips`` is the agent's chip change settled during it (0 mid-hand; a refused
-        action settles nothing, ``info["invalid_reason"]`` says why). The adapter divides by its
+        action settles nothing, ``info["invalid_reason"]`` says why; under ``all_in_equity`` an all-in hand
+        settles at its expected value, not always whole chips). The adapter divides by its
         ``reward_scale`` (the big blind by default)."""
         return float(chips)
 
@@ -164,6 +172,7 @@ class PokerEnv(TextEnv):
         self._invalid = self._forced = self._opponent_invalid = 0
         self._invalid_by_kind = {"unparsable": 0, "illegal": 0}
         self._pending_reward = self._chips = 0
+        self._all_in_hands, self._all_in_value = 0, 0.0
         self._results: list[int] = []
         self._buckets: list[str] = []
         self._finished = False
@@ -231,7 +240,12 @@ class PokerEnv(TextEnv):
                     self._buckets.append(hand_bucket(hand.hole(agent)))
                 return notes
             payoff = hand.payoffs()[agent]
-            self._pending_reward += payoff
+            value = None
+            if hand.in_runout(agent):
+                self._all_in_hands += 1
+                value = hand.all_in_value(agent) if self.config.all_in_equity else None
+                self._all_in_value += payoff if value is None else value
+            self._pending_reward += payoff if value is None else value
             self._chips += payoff
             for seat, player in self.players.items():
                 player.hand_over(describe_result(hand, seat))
@@ -274,6 +288,8 @@ class PokerEnv(TextEnv):
             "forced_actions": self._forced,
             "opponent_invalid_actions": self._opponent_invalid,
             "hand_buckets": list(self._buckets),
+            "all_in_hands": self._all_in_hands,
+            "all_in_value": self._all_in_value,
             "position": hand.position(agent) if hand is not None and not self._finished else None,
         }
 

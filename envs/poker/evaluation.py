@@ -6,6 +6,12 @@ hand once and card luck cancels. With more seats the agent sits in every seat in
 seats held by copies of the opponent. The per-deal mean over rotations is one independent
 sample; cells report its mean (chips per hand and big blinds per 100 hands) with a normal 95 %
 confidence interval (1.96 standard errors). Everything is seeded: the same call gives the same table.
+With ``all_in_adjusted`` (``--all-in-adjusted``) each cell also gives the same hands *all-in adjusted*
+(``all_in_adjusted_bb_per_100``): a hand whose board was dealt after the betting closed counts the agent's
+expected pot share over the unseen cards (:mod:`echo2_sdk.envs.poker.equity`). It keeps the expectation and
+removes each runout's luck, but it is not always the tighter figure: duplicate deals already cancel a
+runout's luck when both rotations go all-in on the same street, and adjusting one rotation but not the
+other undoes that (the random player against the calling station: wider, not narrower).
 
 Also computes the agent's style statistics per cell: VPIP (share of hands it voluntarily put
 chips in preflop), PFR (share it raised preflop), AF (postflop (bets + raises) / calls; undefined
@@ -71,37 +77,47 @@ def _mean_ci(samples: Sequence[float]) -> tuple[float, float, float]:
 
 def play_matchup(agent: PlayerSpec, opponent: PlayerSpec, deals: int, seed: int, *,
                  table: TableConfig = TableConfig(), max_invalid: int = 2,
-                 make: Callable[[PlayerSpec], Any] | None = None) -> dict[str, Any]:
+                 make: Callable[[PlayerSpec], Any] | None = None, all_in_adjusted: bool = False) -> dict[str, Any]:
     """Play ``deals`` duplicate deals of ``agent`` against ``opponent`` copies; one result cell."""
     make = make or (lambda spec: make_player(spec, table=table))
     n = table.seats
     hero = make(agent)
     villains = [make(spec) for spec in seat_specs(opponent, n - 1)]
     per_deal: list[float] = []
+    per_deal_adjusted: list[float] = []
+    all_in_hands = 0
     records: list[tuple[HandRecord, int]] = []
     invalid = forced = accepted = 0
     for deal in range(deals):
         deal_seed = f"eval:{seed}:{deal}"
-        results = []
+        results, adjusted = [], []
         for seat in range(n):  # the agent's seat in this rotation
             players = villains[: seat] + [hero] + villains[seat:]
             # Randomness belongs to the seat, not the player: a mirror match replays identically.
             for s, player in enumerate(players):
                 player.begin(random.Random(f"{deal_seed}:seat:{s}").getrandbits(62))
-            record = play_hand(table, players, deal_seed, deal % n, max_invalid=max_invalid)
+            record = play_hand(table, players, deal_seed, deal % n, max_invalid=max_invalid,
+                               all_in_equity=all_in_adjusted)
             if sum(record.payoffs) != 0:
                 raise AssertionError(f"chips not conserved in deal {deal}: payoffs {record.payoffs}")
             results.append(record.payoffs[seat])
+            adjusted.append(record.all_in_adjusted(seat))
+            all_in_hands += all_in_adjusted and record.all_in_values[seat] is not None
             records.append((record, seat))
             invalid += record.invalid[seat]
             forced += record.forced[seat]
             accepted += sum(a.seat == seat and not a.forced for a in record.actions)
         per_deal.append(statistics.fmean(results))
+        per_deal_adjusted.append(statistics.fmean(adjusted))
     mean, low, high = _mean_ci(per_deal)
+    adjusted_mean, adjusted_low, adjusted_high = _mean_ci(per_deal_adjusted)
     bb = table.big_blind
+    adjusted = {"all_in_adjusted_bb_per_100": adjusted_mean / bb * 100, "all_in_hands": all_in_hands,
+                "all_in_adjusted_bb_per_100_ci95": [adjusted_low / bb * 100, adjusted_high / bb * 100]}
     return {
         "chips_per_hand": mean, "ci95": [low, high],
         "bb_per_100": mean / bb * 100, "bb_per_100_ci95": [low / bb * 100, high / bb * 100],
+        **(adjusted if all_in_adjusted else {}),
         "deals": deals, "hands": deals * n, "invalid_actions": invalid, "forced_actions": forced,
         # Share of the agent's replies the table accepted (refused replies are re-prompted, then forced).
         "accepted_actions": accepted,
@@ -131,7 +147,7 @@ def seat_specs(opponent: PlayerSpec, others: int) -> list[PlayerSpec]:
 def run_eval(agents: Mapping[str, PlayerSpec] | Sequence[str], opponents: Mapping[str, PlayerSpec] | Sequence[str],
              hands: int, seed: int = 0, *, table: TableConfig = TableConfig(), max_invalid: int = 2,
              llm_policies: Mapping[str, Policy] | None = None,
-             llm_policy_factory: Callable[[str], Policy] | None = None) -> dict[str, Any]:
+             llm_policy_factory: Callable[[str], Policy] | None = None, all_in_adjusted: bool = False) -> dict[str, Any]:
     """Evaluate every agent against every opponent over about ``hands`` hands each (duplicate deals).
 
     ``agents``/``opponents``: specs (``rule:tag``, ``llm:NAME``) or a mapping label → spec/Player/
@@ -146,7 +162,8 @@ def run_eval(agents: Mapping[str, PlayerSpec] | Sequence[str], opponents: Mappin
         return make_player(spec, table=table, llm_policies=llm_policies, llm_policy_factory=llm_policy_factory)
 
     started = time.perf_counter()
-    cells = {a: {o: play_matchup(agents[a], opponents[o], deals, seed, table=table, max_invalid=max_invalid, make=make)
+    cells = {a: {o: play_matchup(agents[a], opponents[o], deals, seed, table=table, max_invalid=max_invalid, make=make,
+                                 all_in_adjusted=all_in_adjusted)
                  for o in opponents} for a in agents}
     seconds = time.perf_counter() - started
     played = sum(cell["hands"] for row in cells.values() for cell in row.values())
@@ -174,11 +191,14 @@ def parse_player_list(text: str) -> list[str]:
     return specs
 
 
+UNITS = ("bb_per_100", "chips_per_hand", "all_in_adjusted_bb_per_100")
+
+
 def render_table(table: Mapping[str, Any], unit: str = "bb_per_100") -> str:
     """A Markdown table: rows = agents, columns = opponents, cells = mean ± CI half-width."""
-    if unit not in ("bb_per_100", "chips_per_hand"):
-        raise ValueError(f"unit={unit!r}; use 'bb_per_100' or 'chips_per_hand'")
-    ci_key = "bb_per_100_ci95" if unit == "bb_per_100" else "ci95"
+    if unit not in UNITS:
+        raise ValueError(f"unit={unit!r}; use one of {UNITS}")
+    ci_key = "ci95" if unit == "chips_per_hand" else f"{unit}_ci95"
     header = f"| agent \\ opponent ({unit}) | " + " | ".join(table["opponents"]) + " | VPIP | PFR | AF | AFq | legal |"
     lines = [header, "|" + "---|" * (len(table["opponents"]) + 6)]
     for agent in table["agents"]:
@@ -224,6 +244,9 @@ def _add_table_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seats", type=int, default=2, help="players at the table (default 2: heads-up)")
     parser.add_argument("--blinds", default="5/10", help="small/big blind in chips (default 5/10)")
     parser.add_argument("--stack", type=int, default=1000, help="chips per seat at the start of every hand (default 1000)")
+    parser.add_argument("--all-in-adjusted", action="store_true",
+                        help="also report every cell all-in adjusted: an all-in runout counts the agent's expected pot "
+                             "share over the unseen cards (about 0.1 s per all-in hand)")
 
 
 def _table(args: argparse.Namespace) -> TableConfig:
@@ -238,8 +261,13 @@ def _table(args: argparse.Namespace) -> TableConfig:
 def eval_from_args(args: argparse.Namespace, llm_policy_factory: Callable[[str], Policy] | None = None) -> str:
     """``echo2 eval --task poker``: the table of :func:`run_eval` for the parsed arguments."""
     result = run_eval(parse_player_list(args.agents), parse_player_list(args.opponents), args.hands, args.seed,
-                      table=_table(args), llm_policy_factory=llm_policy_factory)
-    return json.dumps(result, indent=2, default=str) if args.json else render_table(result)
+                      table=_table(args), llm_policy_factory=llm_policy_factory, all_in_adjusted=args.all_in_adjusted)
+    if args.json or not args.all_in_adjusted:
+        return json.dumps(result, indent=2, default=str) if args.json else render_table(result)
+    all_in = {a: sum(result["cells"][a][o]["all_in_hands"] for o in result["opponents"]) for a in result["agents"]}
+    return (render_table(result) + "\n\nAll-in adjusted (each all-in runout at the agent's expected pot share; "
+            "all-in hands per agent: " + ", ".join(f"{a} {k}" for a, k in all_in.items()) + "):\n\n"
+            + render_table(result, "all_in_adjusted_bb_per_100"))
 
 
 HEAD_TO_HEAD = HeadToHead(
@@ -247,7 +275,8 @@ HEAD_TO_HEAD = HeadToHead(
     games_arg="hands", default_games=2000, games_help="hands per agent/opponent cell",
     add_arguments=_add_table_arguments,
     description="Poker: duplicate deals (every deal from every seat); cells report chips won per 100 big "
-                "blinds with 95% CIs and the agent's VPIP/PFR/AF. Rule players: rule:calling|tag|lag|random; "
+                "blinds with 95% CIs and the agent's VPIP/PFR/AF (--all-in-adjusted: also every all-in runout at "
+                "its expected pot share). Rule players: rule:calling|tag|lag|random; "
                 "an opponent A+B seats one player per other seat (e.g. rule:tag+rule:lag at --seats 3).",
 )
 """What ``echo2 eval --task poker`` runs (the poker task's ``head_to_head()`` returns it)."""

@@ -25,6 +25,7 @@ from typing import Callable, Protocol, Sequence, TypeVar
 from pokerkit import Automation, Card, Deck, HoleCardsShowingOrMucking, Mode, NoLimitTexasHoldem
 
 from echo2_sdk.envs.poker.actions import LegalActions, ParsedAction, parse_action
+from echo2_sdk.envs.poker.equity import Runout, runout_share
 
 # Everything but dealing and showdown is automated: dealing is driven here from the seeded deck, and
 # every showdown hand is shown (pokerkit's automatic show-or-muck asks "can this hand still win?",
@@ -138,6 +139,9 @@ class Hand:
     def __init__(self, config: TableConfig, deal_seed: int | str, button_seat: int, *,
                  hand_number: int = 1, hands_total: int = 1) -> None:
         self.config = config
+        self.deal_seed = deal_seed
+        self.runout: Runout | None = None
+        """Set when the hand ends by dealing board cards nobody bet on (an all-in before the river)."""
         self.button_seat = button_seat % config.seats
         self.hand_number, self.hands_total = hand_number, hands_total
         n = config.seats
@@ -279,15 +283,38 @@ class Hand:
             self._raises_this_street = 0
         return record, None
 
+    def in_runout(self, seat: int) -> bool:
+        """Whether the hand ended with ``seat`` in a runout (board cards dealt after the betting closed)."""
+        return self.runout is not None and self.player_of(seat) in self.runout.players
+
+    def all_in_value(self, seat: int) -> float | None:
+        """``seat``'s expected chip result over the runout's unseen board cards (what its payoff is on
+        average from the moment betting closed), or ``None`` where the dealt result stands: no runout,
+        ``seat`` not in it, or a pot :class:`Runout` does not split (see :meth:`Runout.value`)."""
+        runout = self.runout
+        if runout is None or not self.in_runout(seat):
+            return None
+        first, second = runout.players  # the share is asked for once per deal, from the same side
+        share = runout_share(self.holes[first], self.holes[second], runout.board, f"{self.deal_seed}:runout")
+        me = self.player_of(seat)
+        return runout.value(me, share if me == first else 1.0 - share)
+
     def _deal_board(self) -> None:
         state = self.state
+        known = len(self.board)
+        paid = tuple(self.config.starting_stack - stack for stack in state.stacks)
+        live = tuple(i for i, in_hand in enumerate(state.statuses) if in_hand)
         while True:
             if state.can_deal_board():
                 state.deal_board()
             elif state.can_show_or_muck_hole_cards():
                 state.show_or_muck_hole_cards(True)
             else:
-                return
+                break
+        if self.over and len(self.board) > known and len(live) == 2:
+            # The hand ended while dealing: nobody acted on these streets, so betting had closed before
+            # them with the chips in (an all-in); what the cards dealt now decide is pure luck.
+            self.runout = Runout(self.board[:known], live, paid)
 
 
 def _trim(message: str) -> str:
@@ -349,6 +376,13 @@ class HandRecord:
     payoffs: tuple[int, ...]
     invalid: tuple[int, ...] = field(default=())
     forced: tuple[int, ...] = field(default=())
+    all_in_values: tuple[float | None, ...] = field(default=())
+    """By seat, with ``play_hand(all_in_equity=True)``: :meth:`Hand.all_in_value` (``None``: the payoff stands)."""
+
+    def all_in_adjusted(self, seat: int) -> float:
+        """``seat``'s result with an all-in runout counted at its expected value (the payoff otherwise)."""
+        value = self.all_in_values[seat] if self.all_in_values else None
+        return float(self.payoffs[seat]) if value is None else value
 
 
 def describe_result(hand: Hand, seat: int, label: str | None = None) -> str:
@@ -366,8 +400,9 @@ def describe_result(hand: Hand, seat: int, label: str | None = None) -> str:
 
 
 def play_hand(config: TableConfig, players: Sequence[Player], deal_seed: int | str, button_seat: int,
-              *, max_invalid: int = 2) -> HandRecord:
-    """Play one whole hand with ``players[seat]`` in every seat (players are not reseeded here)."""
+              *, max_invalid: int = 2, all_in_equity: bool = False) -> HandRecord:
+    """Play one whole hand with ``players[seat]`` in every seat (players are not reseeded here);
+    ``all_in_equity`` also values an all-in runout at its expectation (``HandRecord.all_in_values``)."""
     if len(players) != config.seats:
         raise ValueError(f"{len(players)} players for {config.seats} seats")
     hand = Hand(config, deal_seed, button_seat)
@@ -383,4 +418,5 @@ def play_hand(config: TableConfig, players: Sequence[Player], deal_seed: int | s
         positions=tuple(hand.position(s) for s in range(config.seats)),
         holes=tuple(hand.hole(s) for s in range(config.seats)), board=hand.board,
         actions=tuple(hand.history), payoffs=hand.payoffs(), invalid=tuple(invalid), forced=tuple(forced),
+        all_in_values=tuple(hand.all_in_value(s) for s in range(config.seats)) if all_in_equity else (),
     )

@@ -33,7 +33,7 @@ from echo2_sdk.runtime.rollout.backends.base import GenerationBackend, SamplingP
 from echo2_sdk.runtime.rollout.mirror import bind_seats
 
 # Episode counters summed over records (``summarize_rollouts``), when the adapter reports them.
-COUNTERS = ("turns", "invalid_actions", "forced_actions", "hands_played", "chips", "walks")
+COUNTERS = ("turns", "invalid_actions", "forced_actions", "hands_played", "chips", "walks", "all_in_hands")
 
 
 @dataclass
@@ -191,6 +191,7 @@ def _play_summary(rollouts: Sequence[Rollout]) -> dict[str, Any]:
         "turns_per_episode": turns / len(rollouts),
         "hands_played": int(totals["hands_played"]),
         "chips_per_hand": totals["chips"] / totals["hands_played"] if totals["hands_played"] else None,
+        "all_in_hand_rate": totals["all_in_hands"] / totals["hands_played"] if totals["hands_played"] else None,
         "stops": dict(stops),
         "mean_completion_tokens": sum(len(r.completion_ids) for r in rollouts) / len(rollouts),
     }
