@@ -139,3 +139,15 @@ def test_eval_reports_an_all_in_adjusted_column_on_request():
     assert "all_in_adjusted_bb_per_100" in render_table(table, "all_in_adjusted_bb_per_100")
     plain = run_eval(["rule:random"], ["rule:calling"], hands=300, seed=2)["cells"]["rule:random"]["rule:calling"]
     assert "all_in_hands" not in plain and plain["bb_per_100"] == shover["bb_per_100"]
+
+
+def test_the_cli_prints_the_adjusted_table_after_the_plain_one(capsys):
+    from echo2_sdk.envs.poker.evaluation import main
+
+    main(["--agents", "rule:random", "--opponents", "rule:calling", "--hands", "40", "--all-in-adjusted"])
+    out = capsys.readouterr().out
+    plain, _, adjusted = out.partition("All-in adjusted")
+    assert "(bb_per_100)" in plain and "(all_in_adjusted_bb_per_100)" in adjusted
+    assert "all-in hands per agent: rule:random " in adjusted
+    main(["--agents", "rule:random", "--opponents", "rule:calling", "--hands", "40"])
+    assert "All-in adjusted" not in capsys.readouterr().out
