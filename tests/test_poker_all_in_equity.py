@@ -19,7 +19,7 @@ from echo2_sdk.envs.poker import equity
 from echo2_sdk.envs.poker.equity import pot_share
 from echo2_sdk.envs.poker.hand import Hand, TableConfig, take_turn
 from echo2_sdk.envs.poker.players import make_player
-from echo2_sdk.envs.poker.strength import best_entry
+from echo2_sdk.envs.poker.strength import DECK, best_entry
 
 
 def cards(text: str) -> tuple[Card, ...]:
@@ -35,7 +35,7 @@ def test_pot_share_counts_every_turn_and_river():
     # is tedious, so check the exact count two ways: the function against a brute force of the same rule.
     hero, villain, board = cards("7h6h"), cards("AsAd"), cards("Ah8h2c")
     exact = pot_share(hero, villain, board, random.Random(0))
-    live = [c for c in equity._DECK if c not in set(hero + villain + board)]
+    live = [c for c in DECK if c not in set(hero + villain + board)]
     wins = ties = 0
     for i, turn in enumerate(live):
         for river in live[i + 1:]:

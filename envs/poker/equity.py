@@ -4,7 +4,8 @@ Once two players are all-in (or the betting has otherwise closed) before the riv
 is luck nobody acted on. Settling such a hand at its expectation, the pot share over every possible
 runout, keeps the expected result and removes that luck: poker trackers call it "all-in adjusted", and
 it is the simplest case of the control variates (AIVAT) used to evaluate poker agents. The env uses it
-for rewards on request (``PokerConfig.all_in_equity``), ``echo2 eval`` for a second, tighter column.
+for rewards on request (``PokerConfig.all_in_equity``), ``echo2 eval --all-in-adjusted`` for a second table
+(not always tighter than the plain one: see :mod:`echo2_sdk.envs.poker.evaluation`).
 """
 
 from __future__ import annotations
@@ -16,11 +17,10 @@ import random
 from dataclasses import dataclass
 from typing import Sequence
 
-from pokerkit import Card, Deck
+from pokerkit import Card
 
-from echo2_sdk.envs.poker.strength import best_entry
+from echo2_sdk.envs.poker.strength import DECK, best_entry
 
-_DECK = tuple(Deck.STANDARD)
 RUNOUT_SAMPLES = 1000
 """Runouts drawn for a pot share when more than two board cards are unseen (a preflop all-in: C(48, 5) is
 1.7 million boards); with two or fewer every runout is counted (at most 990)."""
@@ -46,7 +46,7 @@ def pot_share(hero: Sequence[Card], villain: Sequence[Card], board: Sequence[Car
     if len(hero) != 2 or len(villain) != 2 or not 0 <= len(board) <= 5:
         raise ValueError(f"pot_share needs two holdings of two cards and 0-5 board cards, got {hero}, {villain}, {board}")
     dead = set(hero) | set(villain) | set(board)
-    live = [card for card in _DECK if card not in dead]
+    live = [card for card in DECK if card not in dead]
     missing = 5 - len(board)
     if missing <= 2:
         runouts = itertools.combinations(live, missing)

@@ -101,23 +101,27 @@ def play_matchup(agent: PlayerSpec, opponent: PlayerSpec, deals: int, seed: int,
             if sum(record.payoffs) != 0:
                 raise AssertionError(f"chips not conserved in deal {deal}: payoffs {record.payoffs}")
             results.append(record.payoffs[seat])
-            adjusted.append(record.all_in_adjusted(seat))
-            all_in_hands += all_in_adjusted and record.all_in_values[seat] is not None
+            if all_in_adjusted:
+                adjusted.append(record.all_in_adjusted(seat))
+                all_in_hands += record.all_in_values[seat] is not None
             records.append((record, seat))
             invalid += record.invalid[seat]
             forced += record.forced[seat]
             accepted += sum(a.seat == seat and not a.forced for a in record.actions)
         per_deal.append(statistics.fmean(results))
-        per_deal_adjusted.append(statistics.fmean(adjusted))
+        if adjusted:
+            per_deal_adjusted.append(statistics.fmean(adjusted))
     mean, low, high = _mean_ci(per_deal)
-    adjusted_mean, adjusted_low, adjusted_high = _mean_ci(per_deal_adjusted)
     bb = table.big_blind
-    adjusted = {"all_in_adjusted_bb_per_100": adjusted_mean / bb * 100, "all_in_hands": all_in_hands,
-                "all_in_adjusted_bb_per_100_ci95": [adjusted_low / bb * 100, adjusted_high / bb * 100]}
+    extra: dict[str, Any] = {}
+    if all_in_adjusted:
+        adjusted_mean, adjusted_low, adjusted_high = _mean_ci(per_deal_adjusted)
+        extra = {"all_in_adjusted_bb_per_100": adjusted_mean / bb * 100, "all_in_hands": all_in_hands,
+                 "all_in_adjusted_bb_per_100_ci95": [adjusted_low / bb * 100, adjusted_high / bb * 100]}
     return {
         "chips_per_hand": mean, "ci95": [low, high],
         "bb_per_100": mean / bb * 100, "bb_per_100_ci95": [low / bb * 100, high / bb * 100],
-        **(adjusted if all_in_adjusted else {}),
+        **extra,
         "deals": deals, "hands": deals * n, "invalid_actions": invalid, "forced_actions": forced,
         # Share of the agent's replies the table accepted (refused replies are re-prompted, then forced).
         "accepted_actions": accepted,

@@ -292,7 +292,7 @@ class Hand:
         average from the moment betting closed), or ``None`` where the dealt result stands: no runout,
         ``seat`` not in it, or a pot :class:`Runout` does not split (see :meth:`Runout.value`)."""
         runout = self.runout
-        if runout is None or not self.in_runout(seat):
+        if runout is None or self.player_of(seat) not in runout.players:
             return None
         first, second = runout.players  # the share is asked for once per deal, from the same side
         share = runout_share(self.holes[first], self.holes[second], runout.board, f"{self.deal_seed}:runout")

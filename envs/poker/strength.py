@@ -23,7 +23,8 @@ from pokerkit import Card, Deck, StandardHighHand
 
 RANK_VALUE = {r: v for v, r in enumerate("23456789TJQKA", start=2)}
 _LOOKUP = StandardHighHand.lookup
-_DECK = tuple(Deck.STANDARD)
+DECK = tuple(Deck.STANDARD)
+"""The 52 cards in pokerkit's standard order."""
 
 BUCKETS: dict[str, str] = {
     "pair-high": "a pair of tens or better (TT-AA)",
@@ -87,7 +88,7 @@ def chen_score(hole: Sequence[Card]) -> float:
 # A five-card hand's value depends only on its ranks and on whether it is a flush, so pokerkit's
 # answer is cached under that key (at most ~8,800 keys): a cached lookup is ~10x cheaper than
 # ``get_entry``, which re-validates the cards on every call.
-_CARD_KEYS = {card: (RANK_VALUE[card.rank.value], card.suit.value, card) for card in _DECK}
+_CARD_KEYS = {card: (RANK_VALUE[card.rank.value], card.suit.value, card) for card in DECK}
 _ENTRY_CACHE: dict[tuple, object] = {}
 
 
@@ -116,7 +117,7 @@ def hand_strength(hole: Sequence[Card], board: Sequence[Card], rng: random.Rando
     if not 3 <= len(board) <= 5:
         raise ValueError(f"hand_strength needs a flop, turn or river board, got {list(board)}")
     dead = set(hole) | set(board)
-    live = [card for card in _DECK if card not in dead]
+    live = [card for card in DECK if card not in dead]
     hero = best_entry(tuple(hole) + tuple(board))
     score = 0.0
     for _ in range(samples):
