@@ -195,9 +195,9 @@ def test_a_runs_policies_answer_at_the_runs_reply_length(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("sampling", ["fixed", "prioritized"])
-def test_two_trainer_steps_on_the_poker_config(tmp_path, sampling):
-    import ray
-
+def test_two_trainer_steps_on_the_poker_config(tmp_path, sampling, ray_cluster):
+    """examples/poker.yaml as shipped (warm start off), two steps: also the example-config run for poker that
+    test_moba_env.py does for MOBA."""
     from echo2_sdk.runtime.driver.trainer import Trainer
 
     cfg = load_config("examples/poker.yaml", [
@@ -206,12 +206,7 @@ def test_two_trainer_steps_on_the_poker_config(tmp_path, sampling):
         "rollout.max_new_tokens=6", "train.checkpoint_every=0", "task.options={num_train: 8, num_eval: 2}",
         f"train.opponent_sampling={sampling}",
     ])
-    ray.init(address="local", num_cpus=2, include_dashboard=False, logging_level="ERROR",
-             runtime_env={"env_vars": {"OMP_NUM_THREADS": "1", "TRANSFORMERS_VERBOSITY": "error"}})
-    try:
-        summary = Trainer(cfg, str(tmp_path / "poker"), log=lambda m: None).fit()
-    finally:
-        ray.shutdown()
+    summary = Trainer(cfg, str(tmp_path / "poker"), log=lambda m: None).fit()
     assert summary["steps"] == 2 and summary["samples_accepted"] >= 2 * 2 * 2 and summary["samples_rejected"] == 0
     for when in ("before", "after"):
         ev = summary["eval"][when]
