@@ -23,7 +23,8 @@ from collections import defaultdict
 
 def conservation(hands: int, seed: int) -> dict:
     from echo2_sdk.envs.poker.evaluation import style_stats
-    from echo2_sdk.envs.poker.hand import TableConfig, play_hand
+    from echo2_sdk.envs.poker.hand import TableConfig
+    from echo2_sdk.envs.poker.play import play_hand
     from echo2_sdk.envs.poker.players import make_player
 
     styles = ["rule:calling", "rule:tag", "rule:lag", "rule:random"]

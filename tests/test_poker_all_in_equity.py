@@ -17,7 +17,8 @@ from pokerkit import Card
 from echo2_sdk.envs.poker import PokerEnv
 from echo2_sdk.envs.poker import equity
 from echo2_sdk.envs.poker.equity import pot_share
-from echo2_sdk.envs.poker.hand import Hand, TableConfig, take_turn
+from echo2_sdk.envs.poker.hand import Hand, TableConfig
+from echo2_sdk.envs.poker.play import take_turn
 from echo2_sdk.envs.poker.players import make_player
 from echo2_sdk.envs.poker.strength import DECK, best_entry
 

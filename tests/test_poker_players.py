@@ -9,7 +9,8 @@ import pytest
 from pokerkit import Card, Deck, StandardHighHand
 
 from echo2_sdk.envs.poker.evaluation import style_stats
-from echo2_sdk.envs.poker.hand import TableConfig, play_hand
+from echo2_sdk.envs.poker.hand import TableConfig
+from echo2_sdk.envs.poker.play import play_hand
 from echo2_sdk.envs.poker.players import make_player
 from echo2_sdk.envs.poker.strength import BUCKETS, best_entry, chen_score, hand_bucket, hand_strength
 

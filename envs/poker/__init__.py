@@ -14,7 +14,8 @@ Modules, from the environment down:
 
 from echo2_sdk.envs.poker.actions import ParsedAction, parse_action
 from echo2_sdk.envs.poker.env import PokerConfig, PokerEnv
-from echo2_sdk.envs.poker.hand import Hand, HandRecord, Player, TableConfig, play_hand
+from echo2_sdk.envs.poker.hand import Hand, TableConfig
+from echo2_sdk.envs.poker.play import HandRecord, Player, play_hand
 from echo2_sdk.envs.poker.players import RULE_STYLES, make_player
 from echo2_sdk.envs.poker.strength import BUCKETS, hand_bucket
 

@@ -37,7 +37,8 @@ from typing import Any, Callable, Sequence
 
 from echo2_sdk.env import Policy, TextEnv, sanitize_text
 from echo2_sdk.envs.poker.actions import parse_action
-from echo2_sdk.envs.poker.hand import Hand, Player, SeatView, TableConfig, describe_result, take_turn
+from echo2_sdk.envs.poker.hand import Hand, SeatView, TableConfig
+from echo2_sdk.envs.poker.play import Player, describe_result, take_turn
 from echo2_sdk.envs.poker.players import make_player
 from echo2_sdk.envs.poker.strength import hand_bucket
 from echo2_sdk.envs.poker.text import render_observation, system_prompt

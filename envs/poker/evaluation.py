@@ -35,7 +35,8 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from echo2_sdk.env import Policy
 from echo2_sdk.evaluation import HeadToHead
-from echo2_sdk.envs.poker.hand import HandRecord, TableConfig, play_hand
+from echo2_sdk.envs.poker.hand import TableConfig
+from echo2_sdk.envs.poker.play import HandRecord, play_hand
 from echo2_sdk.envs.poker.players import make_player
 
 PlayerSpec = Any  # "rule:NAME" | "llm:NAME" | Player | policy callable

@@ -28,7 +28,8 @@ import random
 from typing import Callable, Mapping
 
 from echo2_sdk.env import Policy
-from echo2_sdk.envs.poker.hand import Player, SeatView, TableConfig
+from echo2_sdk.envs.poker.hand import SeatView, TableConfig
+from echo2_sdk.envs.poker.play import Player
 from echo2_sdk.envs.poker.strength import chen_score, hand_strength
 from echo2_sdk.envs.poker.text import render_observation, system_prompt
 from echo2_sdk.envs.seats import ChatSeat, llm_policy, rule_style
