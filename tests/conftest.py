@@ -36,6 +36,18 @@ def pytest_collection_modifyitems(config, items):
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: a file's own order is kept
 
 
+def load_benchmark(script: str, module_name: str):
+    """``benchmarks/SCRIPT`` imported as ``module_name`` (registered in ``sys.modules``, as dataclasses and Ray's
+    pickling need); the caller removes it when done."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(module_name, ROOT / "benchmarks" / script)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
 @pytest.fixture(scope="session")
 def tiny_tokenizer():
     from echo2_sdk.runtime.models.modeling import build_tiny_tokenizer

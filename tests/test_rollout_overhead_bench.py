@@ -2,21 +2,16 @@
 
 from __future__ import annotations
 
-import importlib.util
 import sys
-from pathlib import Path
 
 import pytest
+
+from conftest import load_benchmark
 
 
 @pytest.fixture(scope="module")
 def bench():
-    path = Path(__file__).resolve().parent.parent / "benchmarks" / "rollout_overhead.py"
-    spec = importlib.util.spec_from_file_location("rollout_overhead_bench", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["rollout_overhead_bench"] = module
-    spec.loader.exec_module(module)
-    yield module
+    yield load_benchmark("rollout_overhead.py", "rollout_overhead_bench")
     del sys.modules["rollout_overhead_bench"]
 
 
