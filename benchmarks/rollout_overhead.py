@@ -22,7 +22,8 @@ the JSON reply, in this process), ``actor_engine`` (backend.generate inside the 
 ``actor_no_handover`` (``actor`` without yielding the GIL when the generation lock is released, as before),
 ``actor_engine_calls`` (the bare engine in the actor, one Ray call per request, one at a time: what Ray's
 per-call machinery costs the engine, with none of the worker's own work), ``actor_engine_pipelined`` (the same
-calls two in flight, as the pool sends them: ``actor`` against it is the worker's own work alone).
+calls two in flight, as the pool sends them, handing the GIL over as the worker does: ``actor`` against it is the
+worker's own work alone).
 
     python benchmarks/rollout_overhead.py [--rounds 20] [--requests 4] [--prompts 16] [--n 8]
                                           [--max-new-tokens 16] [--variants actor_engine,actor] [--quick]
@@ -112,7 +113,9 @@ def make_bench_worker_class() -> type:
             """One request's bare generation, with the seed the worker's call number ``request`` uses; tokens.
             Under the worker's generation lock, as ``generate`` is: two calls in flight take turns."""
             with self._generate_lock:
-                return self.engine_stream(examples_wire, 1, first=request)[0]
+                tokens = self.engine_stream(examples_wire, 1, first=request)[0]
+            self._hand_over()  # as ``generate`` does: the queued call starts generating without waiting for the GIL
+            return tokens
 
         def engine_stream(self, examples_wire: list[dict], requests: int, first: int = 0) -> tuple[int, float]:
             from echo2_sdk.runtime.rollout.codec import example_from_dict
@@ -225,6 +228,7 @@ def main() -> None:
             yield ray.get(done[0])
 
     def run_actor_engine_pipelined() -> tuple[int, float]:
+        ray.get(actor.set_hand_over.remote(True))  # actor_no_handover may have run just before
         t0 = time.perf_counter()
         tokens = sum(two_in_flight(lambda r: actor.engine_call.remote(wire_examples, r)))
         return tokens, time.perf_counter() - t0
