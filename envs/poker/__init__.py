@@ -3,7 +3,9 @@
 Modules, from the environment down:
 
 - :mod:`.env`: :class:`PokerEnv` and :class:`PokerConfig`, the seat the model plays through ``step(text)``;
-- :mod:`.hand`: one hand on pokerkit's state machine (:class:`Hand`, :func:`play_hand`, :class:`TableConfig`);
+- :mod:`.play`: playing hands with players (:class:`Player`, :func:`play_hand` and its :class:`HandRecord`);
+- :mod:`.hand`: one hand on pokerkit's state machine (:class:`Hand`, :class:`TableConfig`);
+- :mod:`.equity`: an all-in runout's expected pot share;
 - :mod:`.actions`: parsing action text and describing the legal actions;
 - :mod:`.players`: who sits in the other seats (``rule:calling|tag|lag|random``, ``llm:NAME``);
 - :mod:`.strength`: hand strength for the rule players and the hand buckets used as advantage groups;
