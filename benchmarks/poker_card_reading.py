@@ -26,6 +26,7 @@ from typing import Any
 STRONG = ("As Ah", "Ks Kd", "Qh Qc", "Ac Kc", "Ad Qd")
 WEAK = ("7c 2h", "8s 3d", "9h 4c", "6d 2s", "Tc 3h")
 ACTIONS = ("fold", "check", "call", "bet", "raise", "all-in")
+STRONG_BUCKETS = ("pair-high", "pair-low", "broadway-suited", "broadway-offsuit")
 HAND_RE = re.compile(r"Hand: \[[^\]]*\]")
 OPENING = ("You are SB. Street: preflop.", "To call: ")
 
@@ -55,11 +56,17 @@ def opening_decisions(adapter, tokenizer, count: int) -> list[list[dict[str, str
     return found
 
 
-def with_hand(messages: list[dict[str, str]], hand: str) -> list[dict[str, str]]:
-    from echo2_sdk.envs.poker.hand import card_text
+def parse_cards(text: str) -> tuple:
+    """Cards from text as the env writes them (``[As, Ah]``) or bare (``As Ah``)."""
     from pokerkit import Card
 
-    cards = tuple(card for text in hand.split() for card in Card.parse(text))
+    return tuple(Card.parse(text.strip("[]").replace(",", " ")))
+
+
+def with_hand(messages: list[dict[str, str]], hand: str) -> list[dict[str, str]]:
+    from echo2_sdk.envs.poker.hand import card_text
+
+    cards = parse_cards(hand)
     shown = [dict(m) for m in messages]
     shown[-1]["content"] = HAND_RE.sub(f"Hand: {card_text(cards)}", shown[-1]["content"], count=1)
     return shown
@@ -67,14 +74,15 @@ def with_hand(messages: list[dict[str, str]], hand: str) -> list[dict[str, str]]
 
 def demonstration_split(adapter) -> dict[str, dict[str, float]]:
     """Shares of fold / call / raise among the sft split's opening decisions, strong vs weak starting hands
-    (a pair, or two cards ten or higher, counts as strong)."""
+    (strong: the :data:`STRONG_BUCKETS` of ``hand_bucket``, a pair or two cards ten or higher)."""
+    from echo2_sdk.envs.poker.strength import hand_bucket
+
     counts: dict[str, dict[str, int]] = {"strong": {}, "weak": {}}
     for example in adapter.examples("sft"):
         last = example.meta["messages"][-1]["content"]
         if not (all(mark in last for mark in OPENING) and "History:" not in last):
             continue
-        ranks = re.findall(r"\b([2-9TJQKA])[shdc]\b", HAND_RE.search(last).group(0))
-        strong = ranks[0] == ranks[1] or all(r in "TJQKA" for r in ranks)
+        strong = hand_bucket(parse_cards(HAND_RE.search(last).group(0)[len("Hand: "):])) in STRONG_BUCKETS
         action = action_of(example.answer.split()[0]) or "other"
         bucket = counts["strong" if strong else "weak"]
         bucket[action] = bucket.get(action, 0) + 1

@@ -39,6 +39,11 @@ def test_the_doctests_and_the_hand_swap(bench, adapter, tiny_tokenizer):
 
 
 def test_the_rule_styles_demonstrate_card_dependent_openings(bench, adapter):
+    from echo2_sdk.envs.poker.strength import hand_bucket
+
+    # the panel and the demonstrations' split use one definition of a strong hand
+    assert all(hand_bucket(bench.parse_cards(h)) in bench.STRONG_BUCKETS for h in bench.STRONG)
+    assert not any(hand_bucket(bench.parse_cards(h)) in bench.STRONG_BUCKETS for h in bench.WEAK)
     split = bench.demonstration_split(adapter)
     assert split["strong"]["n"] > 10 and split["weak"]["n"] > 10
     assert split["strong"]["raise"] > split["weak"]["raise"] + 0.3, split
