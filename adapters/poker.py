@@ -55,6 +55,9 @@ class PokerAdapter(EpisodicTaskAdapter):
     """See the module docstring."""
 
     name = "poker"
+    # Whole-chunk BPE made every card one id per place (" [Ah," first, " Ah]," last): 104+ unrelated ids,
+    # and no tiny model learned which of them are aces or pairs (benchmarks/poker_card_reading.py).
+    tokenizer_atoms = r"[2-9TJQKA](?=[cdhs][,\]])|(?<=[2-9TJQKA])[cdhs](?=[,\]])"
     SUMMARY_KEYS = ("chips", "hands_played", "walks", "invalid_actions", "forced_actions", "opponent_invalid_actions",
                     "all_in_hands")
 

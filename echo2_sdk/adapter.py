@@ -137,6 +137,12 @@ class BaseTaskAdapter(abc.ABC):
     corpus_examples: ClassVar[int] = 256
     """Examples per split that the default :meth:`tokenizer_corpus` reads."""
 
+    tokenizer_atoms: ClassVar[str | None] = None
+    """A regular expression whose matches the task-fitted tokenizer keeps as pieces of their own (never
+    merged with the text around them), or ``None``. For symbols the model must compose: poker's card
+    ranks and suits, so ``A`` in ``[Ah, Kd]`` and in ``[As, Ad]`` is one id (see
+    :func:`echo2_sdk.task_tokenizer.build_task_tokenizer`)."""
+
     def tokenizer_corpus(self) -> Iterator[str]:
         """Text the tiny model's task-fitted tokenizer learns its vocabulary from
         (``model.tiny.tokenizer: task``, :mod:`echo2_sdk.task_tokenizer`): what the model will read and write.

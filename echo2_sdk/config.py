@@ -96,6 +96,15 @@ class WarmStartConfig:
     """Learning rate of the warm start."""
     batch_size: int = 16
     """Warm-start batch size (samples)."""
+    threads: int = 1
+    """CPU threads (torch) of the warm start; ``0``: every core this process may use. It runs before the
+    rollout workers start, so the cores are otherwise idle (the game examples set ``0``: 16 epochs took
+    553 s on one core of the 2-core machine); the default 1 suits runs sharing a machine, e.g. tests."""
+
+    def __post_init__(self) -> None:
+        if self.threads < 0:
+            raise ConfigError(f"model.warm_start.threads={self.threads} must be >= 0 (0: every core this "
+                              "process may use)")
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from typing import Iterable
 
 from echo2_sdk.text_env import TEXT_CHARSET
@@ -49,11 +50,15 @@ counts them once per text (about once per chat message, as often as a conversati
 _NUMBER_SEED = tuple(text for n in range(100) for text in (str(n), f" {n}", f"{n:02d}")) * 2
 
 
-def build_task_tokenizer(corpus: Iterable[str], *, vocab_size: int = DEFAULT_TASK_VOCAB_SIZE):
+def build_task_tokenizer(corpus: Iterable[str], *, vocab_size: int = DEFAULT_TASK_VOCAB_SIZE,
+                         atoms: str | None = None):
     """A ``transformers.PreTrainedTokenizerFast`` with a BPE vocabulary of at most ``vocab_size``
     tokens (specials included) learned from ``corpus`` (an iterable of texts), ChatML specials and
     the Qwen-style chat template of the tiny tokenizer.
 
+    ``atoms``, a regular expression, splits the chunks further: each match is a piece BPE never
+    merges with its neighbours, so a symbol the task composes (a card's rank, its suit) keeps one id
+    wherever it occurs instead of vanishing into a whole-chunk token per context (``" [Ah,"``).
     Characters outside printable ASCII that occur in the corpus join the alphabet; any other one
     encodes as ``<unk>``, as with the char tokenizer.
     """
@@ -68,7 +73,15 @@ def build_task_tokenizer(corpus: Iterable[str], *, vocab_size: int = DEFAULT_TAS
         raise ValueError("the tokenizer corpus is empty; the task yielded no text (see "
                          "BaseTaskAdapter.tokenizer_corpus)")
     backend = Tokenizer(models.BPE(unk_token=UNK_TOKEN, fuse_unk=False))
-    backend.pre_tokenizer = pre_tokenizers.Split(Regex(_PRE_TOKEN_PATTERN), behavior="isolated")
+    chunks = pre_tokenizers.Split(Regex(_PRE_TOKEN_PATTERN), behavior="isolated")
+    if atoms:
+        try:
+            re.compile(atoms)
+        except re.error as exc:
+            raise ValueError(f"tokenizer atoms {atoms!r} is not a regular expression ({exc}); "
+                             r"give one like '[2-9TJQKA](?=[cdhs])'") from None
+        chunks = pre_tokenizers.Sequence([chunks, pre_tokenizers.Split(Regex(atoms), behavior="isolated")])
+    backend.pre_tokenizer = chunks
     # Tokens are raw text (spaces and newlines included), so concatenating them is the decoding.
     backend.decoder = decoders.Fuse()
     trainer = trainers.BpeTrainer(
@@ -84,8 +97,10 @@ def build_task_tokenizer(corpus: Iterable[str], *, vocab_size: int = DEFAULT_TAS
 
 
 def fit_task_tokenizer(adapter, *, vocab_size: int = DEFAULT_TASK_VOCAB_SIZE):
-    """:func:`build_task_tokenizer` on ``adapter.tokenizer_corpus()`` (any task adapter)."""
-    return build_task_tokenizer(adapter.tokenizer_corpus(), vocab_size=vocab_size)
+    """:func:`build_task_tokenizer` on ``adapter.tokenizer_corpus()`` and ``adapter.tokenizer_atoms``
+    (any task adapter)."""
+    return build_task_tokenizer(adapter.tokenizer_corpus(), vocab_size=vocab_size,
+                                atoms=getattr(adapter, "tokenizer_atoms", None))
 
 
 def tokenizer_fingerprint(tokenizer) -> str:

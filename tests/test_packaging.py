@@ -60,7 +60,8 @@ def test_installed_cli_loads_the_shipped_poker_config(installed_tree: Path, tmp_
     assert cfg["rollout"]["max_new_tokens"] == 6 != defaults.rollout.max_new_tokens
     assert cfg["algo"]["turn_advantage_weight"] == 1.0 != defaults.algo.turn_advantage_weight
     assert cfg["task"]["options"] == {"num_sft": 512, "max_invalid_actions": 1}
-    assert cfg["model"]["warm_start"]["enabled"] is True and cfg["model"]["warm_start"]["epochs"] == 4
+    assert cfg["model"]["warm_start"]["enabled"] is True and cfg["model"]["warm_start"]["epochs"] == 16
+    assert (cfg["model"]["warm_start"]["threads"], defaults.model.warm_start.threads) == (0, 1)
 
 
 def test_installed_cli_rejects_a_task_with_neither_example_nor_adapter(installed_tree: Path, tmp_path: Path) -> None:

@@ -72,6 +72,27 @@ def test_same_corpus_same_tokenizer_and_a_different_one_differs():
         build_task_tokenizer([])
 
 
+def test_atoms_keep_one_id_wherever_they_occur(fitted):
+    """Poker's card ranks and suits are atoms: an ace is one id as a first, a last or a board card (whole
+    chunks gave " [Ah," and " Ah]," unrelated ids, and no tiny model learned to read its cards)."""
+    tok = fitted["poker"]
+
+    def pieces(text):
+        return tok.convert_ids_to_tokens(encode(tok, text))
+
+    hand = pieces("Hand: [Ah, Ad], Board: [Kc, As, 7h], Pot: 20")
+    assert hand.count("A") == 3 and hand.count("h") == 2 and "K" in hand and "7" in hand
+    assert pieces("Hand: [Ah, Ad], Board")[1:-1] == [" [", "A", "h", ",", " ", "A", "d", "],"]
+    # Only cards: words with those letters ("Hand", "raise 20..1000", "check") stay whole chunks.
+    assert pieces(" check") == [" check"] and pieces("Hand:") == ["Hand:"]
+    # Without atoms the same corpus merges each card with its brackets.
+    whole = build_task_tokenizer(PokerAdapter().tokenizer_corpus())
+    assert " [Ah," in whole.convert_ids_to_tokens(encode(whole, "Hand: [Ah, Ad]"))
+    assert tokenizer_fingerprint(whole) != tokenizer_fingerprint(tok)
+    with pytest.raises(ValueError, match="not a regular expression"):
+        build_task_tokenizer(["a b"], atoms="[2-9")
+
+
 def _offered_and_played_actions(adapter, episodes: int) -> set[str]:
     """Every legal action offered, and every reply played, in ``episodes`` eval episodes (seeds the
     corpus never played) by the demonstrator and by a rule bot of another style."""

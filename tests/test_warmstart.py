@@ -38,3 +38,31 @@ def test_warm_start_validates_pairs(base_path, tmp_path):
     with pytest.raises(TypeError, match="pair 0"):
         sft_warm_start(base_path, [("3+4=", "7")], str(tmp_path), epochs=1, lr=1e-3,
                        batch_size=1, seed=0)
+
+
+@pytest.mark.parametrize("threads, expected", [(0, "cores"), (1, 1)])
+def test_the_warm_start_runs_on_the_configured_threads_and_gives_the_learner_its_own_back(
+        tmp_path, monkeypatch, threads, expected):
+    """The warm start runs before the rollout workers start: ``threads: 0`` (the game examples) gives it every
+    core of the process, and the learner's thread count (``runtime.learner_threads``) is back after it."""
+    import echo2_sdk.runtime.learning.warmstart as warmstart
+    from echo2_sdk.config import ConfigError, load_config
+    from echo2_sdk.registry import make_task
+    from echo2_sdk.runtime.driver import setup
+    from echo2_sdk.runtime.driver.rundir import RunDir
+
+    seen = []
+    monkeypatch.setattr(warmstart, "sft_warm_start", lambda *a, **k: seen.append(torch.get_num_threads()))
+    monkeypatch.setattr(setup, "usable_cores", lambda: 3)  # not this machine's count: the value must come from it
+    cfg = load_config(None, [f"model.warm_start.threads={threads}", "model.warm_start.enabled=true",
+                             "model.name=some/model"])
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        setup.prepare_base_model(cfg, make_task("arith", {}, seed=0), RunDir(tmp_path, lock=False), lambda _: None)
+        assert seen == [3 if expected == "cores" else expected]
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)
+    with pytest.raises(ConfigError, match="model.warm_start.threads=-1 must be >= 0"):
+        load_config(None, ["model.warm_start.threads=-1"])

@@ -44,6 +44,11 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
+def usable_cores() -> int:
+    """Cores this process may run on (its CPU affinity where the OS tells it)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
 def learner_device(cfg: Echo2Config) -> str:
     if cfg.runtime.device == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
@@ -87,10 +92,17 @@ def prepare_base_model(
     from echo2_sdk.runtime.learning.warmstart import sft_warm_start
 
     t0 = time.perf_counter()
-    sft_warm_start(
-        path, pairs, str(out), epochs=ws.epochs, lr=ws.lr, batch_size=ws.batch_size, seed=cfg.train.seed
-    )
-    log(f"warm start: {len(pairs)} sft examples, {ws.epochs:g} epochs, {time.perf_counter() - t0:.1f}s -> {out}")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(ws.threads or usable_cores())
+    try:
+        sft_warm_start(
+            path, pairs, str(out), epochs=ws.epochs, lr=ws.lr, batch_size=ws.batch_size, seed=cfg.train.seed
+        )
+    finally:
+        warm_threads = torch.get_num_threads()
+        torch.set_num_threads(threads)  # the learner's own (runtime.learner_threads) from here on
+    log(f"warm start: {len(pairs)} sft examples, {ws.epochs:g} epochs, {warm_threads} thread(s), "
+        f"{time.perf_counter() - t0:.1f}s -> {out}")
     return str(out)
 
 
