@@ -99,7 +99,8 @@ class WarmStartConfig:
     threads: int = 1
     """CPU threads (torch) of the warm start; ``0``: every core this process may use. It runs before the
     rollout workers start, so the cores are otherwise idle (the game examples set ``0``: 16 epochs took
-    553 s on one core of the 2-core machine); the default 1 suits runs sharing a machine, e.g. tests."""
+    554 s on one core of the 2-core machine, 256 s on two); the default 1 suits runs sharing a machine,
+    e.g. tests."""
 
     def __post_init__(self) -> None:
         if self.threads < 0:
